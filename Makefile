@@ -1,0 +1,27 @@
+# seckill: PGXS build.  The Lua scripts under lua/ are embedded into the
+# library at build time (src/lua_scripts.h), so they can still be read and
+# run on their own with redis-cli --eval.
+
+MODULE_big = seckill
+OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
+
+EXTENSION = seckill
+DATA = $(wildcard sql/seckill--*.sql)
+REGRESS = $(filter-out seckill--%,$(basename $(notdir $(wildcard sql/*.sql))))
+REGRESS_OPTS = --inputdir=. --dbname=seckill_regress
+
+LUA = $(wildcard lua/*.lua)
+EXTRA_CLEAN = src/lua_scripts.h
+
+PG_CFLAGS = -Wall -Wextra -Werror -Wmissing-prototypes -Wno-unused-parameter \
+	-Wno-sign-compare -Wno-missing-field-initializers
+SHLIB_LINK = -lhiredis
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+src/lua_scripts.h: $(LUA) lua/embed.sh
+	sh lua/embed.sh $(LUA) > $@
+
+src/redis.o src/worker.o src/campaign_ops.o: src/lua_scripts.h

@@ -1,0 +1,19 @@
+-- Give a reservation back: the stock, and the buyer's place.
+--   KEYS[1] meta hash, KEYS[2] buyers set, KEYS[3] journal hash
+--   ARGV[1] request id
+-- Idempotent: only a reservation still in the journal is given back, and the
+-- journal entry goes with it.  Returns {1 if given back else 0, stock}.
+local entry = redis.call('HGET', KEYS[3], ARGV[1])
+local stock = tonumber(redis.call('HGET', KEYS[1], 'stock'))
+if not entry then
+	return {0, stock or -1}
+end
+local sep = string.find(entry, ':', 1, true)
+local qty = tonumber(string.sub(entry, 1, sep - 1))
+local user = string.sub(entry, sep + 1)
+if stock then
+	stock = redis.call('HINCRBY', KEYS[1], 'stock', qty)
+end
+redis.call('SREM', KEYS[2], user)
+redis.call('HDEL', KEYS[3], ARGV[1])
+return {1, stock or -1}

@@ -1,0 +1,19 @@
+-- Finish loading a campaign from PostgreSQL and open it for sale.  The
+-- buyers were staged in KEYS[4] (empty or absent when nobody has bought).
+--   KEYS[1] meta hash, KEYS[2] buyers set, KEYS[3] journal hash,
+--   KEYS[4] staged buyers set
+--   ARGV[1] stock, ARGV[2] starts (microseconds since the Unix epoch),
+--   ARGV[3] ends (same, or 'inf'), ARGV[4] per-user limit, ARGV[5] state
+-- Refuses while the journal holds reservations: they must be settled first,
+-- or the stock computed from PostgreSQL would not count them.
+if redis.call('HLEN', KEYS[3]) > 0 then
+	return redis.error_reply('SECKILL_JOURNAL journal not empty')
+end
+if redis.call('EXISTS', KEYS[4]) == 1 then
+	redis.call('RENAME', KEYS[4], KEYS[2])
+else
+	redis.call('DEL', KEYS[2])
+end
+redis.call('HSET', KEYS[1], 'stock', ARGV[1], 'starts', ARGV[2],
+	'ends', ARGV[3], 'limit', ARGV[4], 'state', ARGV[5])
+return redis.call('SCARD', KEYS[2])

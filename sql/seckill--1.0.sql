@@ -1,0 +1,190 @@
+-- seckill 1.0: flash sales gated by Redis, recorded in PostgreSQL.
+\echo Use "CREATE EXTENSION seckill" to load this file. \quit
+
+CREATE SCHEMA seckill;
+COMMENT ON SCHEMA seckill IS 'seckill campaigns, orders and the compensation log';
+
+-- One row per campaign.  "sold" is kept by the worker in the same transaction
+-- as the orders it commits; the CHECK makes an oversell impossible even when
+-- Redis is wrong.  The low fillfactor keeps its frequent updates HOT.
+CREATE TABLE seckill.campaigns (
+	id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	goods text NOT NULL CHECK (octet_length(goods) BETWEEN 1 AND 64),
+	total_stock int NOT NULL CHECK (total_stock >= 0),
+	sold int NOT NULL DEFAULT 0 CHECK (sold >= 0),
+	starts_at timestamptz NOT NULL DEFAULT now(),
+	ends_at timestamptz NOT NULL DEFAULT 'infinity',
+	per_user_limit int NOT NULL DEFAULT 1 CHECK (per_user_limit >= 1),
+	state text NOT NULL DEFAULT 'draft'
+		CHECK (state IN ('draft', 'preheated', 'closed')),
+	created_at timestamptz NOT NULL DEFAULT now(),
+	closed_at timestamptz,
+	CONSTRAINT campaigns_sold_within_stock CHECK (sold <= total_stock),
+	CONSTRAINT campaigns_window CHECK (starts_at < ends_at)
+) WITH (fillfactor = 50);
+CREATE UNIQUE INDEX campaigns_one_open_per_goods
+	ON seckill.campaigns (goods) WHERE state <> 'closed';
+
+-- The worker takes order ids in blocks of 1000 (one nextval per block); the
+-- id is also the request id of the reservation in Redis' journal.
+CREATE SEQUENCE seckill.order_ids INCREMENT BY 1000;
+
+CREATE TABLE seckill.orders (
+	id bigint PRIMARY KEY,
+	campaign_id bigint NOT NULL REFERENCES seckill.campaigns (id),
+	user_id text NOT NULL CHECK (octet_length(user_id) BETWEEN 1 AND 128),
+	qty int NOT NULL CHECK (qty >= 1),
+	status text NOT NULL DEFAULT 'reserved'
+		CHECK (status IN ('reserved', 'paid', 'cancelled')),
+	created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE UNIQUE INDEX orders_one_active_per_user
+	ON seckill.orders (campaign_id, user_id) WHERE status <> 'cancelled';
+
+-- Every reservation that Redis granted but PostgreSQL did not keep: its stock
+-- went back to Redis.  The request id makes the log (and the give-back) idempotent.
+CREATE TABLE seckill.compensations (
+	request_id bigint PRIMARY KEY,
+	campaign_id bigint NOT NULL REFERENCES seckill.campaigns (id),
+	user_id text NOT NULL,
+	qty int NOT NULL,
+	reason text NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE FUNCTION @extschema@.seckill_campaign_create(
+	goods text,
+	total_stock int,
+	starts_at timestamptz DEFAULT now(),
+	ends_at timestamptz DEFAULT 'infinity',
+	per_user_limit int DEFAULT 1)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	new_id bigint;
+BEGIN
+	IF goods IS NULL OR goods = '' OR octet_length(goods) > 64 THEN
+		RAISE EXCEPTION 'invalid goods id'
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'A goods id must be between 1 and 64 bytes long.';
+	END IF;
+	IF total_stock IS NULL OR total_stock < 0 THEN
+		RAISE EXCEPTION 'total_stock must be zero or more'
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF per_user_limit IS NULL OR per_user_limit < 1 THEN
+		RAISE EXCEPTION 'per_user_limit must be at least 1'
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF starts_at IS NULL OR ends_at IS NULL OR starts_at >= ends_at THEN
+		RAISE EXCEPTION 'the sale window must start before it ends'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Pass starts_at earlier than ends_at; ends_at defaults to infinity.';
+	END IF;
+	IF EXISTS (SELECT 1 FROM seckill.campaigns c
+			   WHERE c.goods = seckill_campaign_create.goods AND c.state <> 'closed') THEN
+		RAISE EXCEPTION 'goods "%" already has an open campaign', goods
+			USING ERRCODE = 'unique_violation',
+				  HINT = 'Close it with seckill_close() first.';
+	END IF;
+	INSERT INTO seckill.campaigns (goods, total_stock, starts_at, ends_at, per_user_limit)
+	VALUES (goods, total_stock, starts_at, ends_at, per_user_limit)
+	RETURNING id INTO new_id;
+	RETURN new_id;
+END
+$$;
+
+CREATE FUNCTION @extschema@.seckill_preheat(goods text)
+RETURNS int
+AS 'MODULE_PATHNAME', 'seckill_preheat'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.seckill_buy(user_id text, goods text, qty int DEFAULT 1,
+	OUT status text, OUT order_id bigint)
+AS 'MODULE_PATHNAME', 'seckill_buy'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.seckill_order(user_id text, goods text,
+	OUT status text, OUT order_id bigint, OUT qty int, OUT created_at timestamptz)
+AS 'MODULE_PATHNAME', 'seckill_order'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.seckill_close(goods text)
+RETURNS int
+AS 'MODULE_PATHNAME', 'seckill_close'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- The Redis side of one campaign, as the worker sees it.
+CREATE FUNCTION seckill.redis_state(campaign_id bigint,
+	OUT redis_stock int, OUT redis_buyers bigint, OUT in_flight bigint,
+	OUT sold_out_cached bool)
+AS 'MODULE_PATHNAME', 'seckill_redis_state'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.seckill_status(goods text)
+RETURNS TABLE (campaign_id bigint, state text, total_stock int,
+	sold int, pg_stock int, redis_stock int, redis_buyers bigint,
+	in_flight bigint, sold_out_cached bool, starts_at timestamptz,
+	ends_at timestamptz)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	c seckill.campaigns;
+BEGIN
+	SELECT * INTO c FROM seckill.campaigns k WHERE k.goods = seckill_status.goods
+	ORDER BY k.state <> 'closed' DESC, k.id DESC LIMIT 1;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'no campaign for goods "%"', seckill_status.goods
+			USING ERRCODE = 'undefined_object',
+				  HINT = 'Create one with seckill_campaign_create().';
+	END IF;
+	campaign_id := c.id; state := c.state;
+	total_stock := c.total_stock; sold := c.sold; pg_stock := c.total_stock - c.sold;
+	starts_at := c.starts_at; ends_at := c.ends_at;
+	IF c.state = 'preheated' THEN
+		SELECT r.redis_stock, r.redis_buyers, r.in_flight, r.sold_out_cached
+		INTO redis_stock, redis_buyers, in_flight, sold_out_cached
+		FROM seckill.redis_state(c.id) r;
+	END IF;
+	RETURN NEXT;
+END
+$$;
+
+-- Compares one campaign in Redis with PostgreSQL under the campaign's lock,
+-- settles its journal and rebuilds it from PostgreSQL when they differ.
+CREATE FUNCTION seckill.reconcile_campaign(campaign_id bigint,
+	OUT redis_stock_before int, OUT expected_stock int, OUT buyers_before bigint,
+	OUT buyers_expected bigint, OUT journal_committed int,
+	OUT journal_compensated int, OUT repaired bool)
+AS 'MODULE_PATHNAME', 'seckill_reconcile_campaign'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.seckill_reconcile(goods text DEFAULT NULL)
+RETURNS TABLE (campaign_id bigint, campaign_goods text, redis_stock_before int,
+	expected_stock int, buyers_before bigint, buyers_expected bigint,
+	journal_committed int, journal_compensated int, repaired bool)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT c.id, c.goods, r.*
+	FROM seckill.campaigns c,
+		 LATERAL seckill.reconcile_campaign(c.id) r
+	WHERE c.state = 'preheated'
+	  AND (seckill_reconcile.goods IS NULL OR c.goods = seckill_reconcile.goods)
+	ORDER BY c.id
+$$;
+
+-- Admin functions are for the DBA; applications get seckill_buy and
+-- seckill_order through explicit GRANTs (see the README).
+REVOKE ALL ON FUNCTION @extschema@.seckill_campaign_create(text, int, timestamptz, timestamptz, int) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.seckill_preheat(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.seckill_close(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.seckill_status(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.seckill_reconcile(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION seckill.redis_state(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION seckill.reconcile_campaign(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.seckill_buy(text, text, int) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.seckill_order(text, text) FROM PUBLIC;

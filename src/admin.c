@@ -1,0 +1,105 @@
+/*-------------------------------------------------------------------------
+ *
+ * admin.c
+ *		The DBA's functions: preheat, close, and the worker's view of a
+ *		campaign for seckill_status and seckill_reconcile.  The work itself
+ *		happens in the worker (campaign_ops.c), which owns Redis.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "backend.h"
+
+#include "access/htup_details.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+
+PG_FUNCTION_INFO_V1(seckill_preheat);
+PG_FUNCTION_INFO_V1(seckill_close);
+PG_FUNCTION_INFO_V1(seckill_redis_state);
+PG_FUNCTION_INFO_V1(seckill_reconcile_campaign);
+
+/* The id of the open campaign for goods; ERROR when there is none. */
+int64
+seckill_open_campaign_id(const char *goods)
+{
+	CampaignInfo info;
+
+	if (!seckill_campaign_by_goods(goods, &info) || strcmp(info.state, "closed") == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("no open campaign for goods \"%s\"", goods),
+				 errhint("Create one with seckill_campaign_create().")));
+	return info.id;
+}
+
+/* seckill_preheat(goods text) RETURNS int: the stock now in Redis */
+Datum
+seckill_preheat(PG_FUNCTION_ARGS)
+{
+	char	   *goods = seckill_id_arg(fcinfo, 0, "goods", SECKILL_MAX_GOODS_LEN);
+	SeckillReply reply;
+
+	reply = seckill_call_checked(SK_REQ_PREHEAT, seckill_open_campaign_id(goods), NULL, 0);
+	PG_RETURN_INT32((int32) reply.values[0]);
+}
+
+/* seckill_close(goods text) RETURNS int: the quantity sold */
+Datum
+seckill_close(PG_FUNCTION_ARGS)
+{
+	char	   *goods = seckill_id_arg(fcinfo, 0, "goods", SECKILL_MAX_GOODS_LEN);
+	SeckillReply reply;
+
+	reply = seckill_call_checked(SK_REQ_CLOSE, seckill_open_campaign_id(goods), NULL, 0);
+	PG_RETURN_INT32((int32) reply.values[0]);
+}
+
+/*
+ * Build a row of the function's OUT columns from reply values.  A value of
+ * -1 in a column listed as nullable_when_negative becomes NULL.
+ */
+static Datum
+values_row(FunctionCallInfo fcinfo, const int64 *v, int n)
+{
+	TupleDesc	desc;
+	Datum	   *values = palloc(sizeof(Datum) * n);
+	bool	   *nulls = palloc0(sizeof(bool) * n);
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	for (int i = 0; i < n; i++)
+	{
+		switch (TupleDescAttr(desc, i)->atttypid)
+		{
+			case INT4OID:
+				values[i] = Int32GetDatum((int32) v[i]);
+				break;
+			case BOOLOID:
+				values[i] = BoolGetDatum(v[i] != 0);
+				break;
+			default:
+				values[i] = Int64GetDatum(v[i]);
+				break;
+		}
+		nulls[i] = v[i] < 0;
+	}
+	return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
+}
+
+/* seckill.redis_state(campaign_id) RETURNS (redis_stock, redis_buyers, in_flight, sold_out_cached) */
+Datum
+seckill_redis_state(PG_FUNCTION_ARGS)
+{
+	SeckillReply reply = seckill_call_checked(SK_REQ_STATUS, PG_GETARG_INT64(0), NULL, 0);
+
+	return values_row(fcinfo, reply.values, 4);
+}
+
+/* seckill.reconcile_campaign(campaign_id) RETURNS (...); see campaign_ops.c */
+Datum
+seckill_reconcile_campaign(PG_FUNCTION_ARGS)
+{
+	SeckillReply reply = seckill_call_checked(SK_REQ_RECONCILE, PG_GETARG_INT64(0), NULL, 0);
+
+	return values_row(fcinfo, reply.values, 7);
+}

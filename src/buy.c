@@ -1,0 +1,279 @@
+/*-------------------------------------------------------------------------
+ *
+ * buy.c
+ *		seckill_buy and seckill_order: the application's side.
+ *
+ * seckill_buy answers from the campaign cache in shared memory whatever it
+ * can (not started, ended, sold out) and hands the rest to the worker.  The
+ * order is committed by the worker in its own transaction, so it stands
+ * even if the caller's transaction rolls back, as nextval() does.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "backend.h"
+
+#include "access/htup_details.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(seckill_buy);
+PG_FUNCTION_INFO_V1(seckill_order);
+
+/* A text argument that is a user or goods id: not null, not empty, not too long. */
+char *
+seckill_id_arg(FunctionCallInfo fcinfo, int argno, const char *name, int maxlen)
+{
+	text	   *t;
+	int			len;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+	t = PG_GETARG_TEXT_PP(argno);
+	len = VARSIZE_ANY_EXHDR(t);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", name)));
+	if (len > maxlen)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("%s is too long", name),
+				 errdetail("It is %d bytes long; the limit is %d bytes.", len, maxlen)));
+	return text_to_cstring(t);
+}
+
+/*
+ * The campaign for this goods in seckill.campaigns: the open one, else the
+ * latest closed one.  False when there is none.
+ */
+bool
+seckill_campaign_by_goods(const char *goods, CampaignInfo *info)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(goods)};
+	bool		found = false;
+	bool		isnull;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (plan == NULL)
+	{
+		plan = SPI_prepare("SELECT id, state, starts_at, ends_at, per_user_limit "
+						   "FROM seckill.campaigns WHERE goods = $1 "
+						   "ORDER BY state <> 'closed' DESC, id DESC LIMIT 1",
+						   1, types);
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(plan);
+	}
+	if (SPI_execute_plan(plan, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "reading seckill.campaigns failed");
+	if (SPI_processed > 0)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+
+		info->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		strlcpy(info->state, TextDatumGetCString(SPI_getbinval(tup, desc, 2, &isnull)),
+				sizeof(info->state));
+		info->starts_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 3, &isnull));
+		info->ends_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 4, &isnull));
+		info->per_user_limit = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
+		found = true;
+	}
+	SPI_finish();
+	return found;
+}
+
+/* Ask the worker; turn failures into ERRORs a DBA can act on. */
+SeckillReply
+seckill_call_checked(SeckillRequestKind kind, int64 campaign_id, const char *user_id, int qty)
+{
+	SeckillRequest request;
+	SeckillReply reply;
+
+	memset(&request, 0, sizeof(request));
+	request.kind = kind;
+	request.campaign_id = campaign_id;
+	request.qty = qty;
+	if (user_id)
+		strlcpy(request.user_id, user_id, sizeof(request.user_id));
+	reply = seckill_call(&request);
+
+	switch (reply.status)
+	{
+		case SK_ERR_REDIS:
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("seckill could not reach Redis"),
+					 errdetail("%s", reply.message),
+					 errhint("Check that Redis answers at seckill.redis_host:seckill.redis_port (%s:%d); the worker reconnects by itself.",
+							 seckill_redis_host, seckill_redis_port)));
+			break;
+		case SK_ERR_WORKER:
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("%s", reply.message),
+					 kind == SK_REQ_BUY ?
+					 errhint("The purchase was either committed or will be given back; call seckill_order() to learn which.") :
+					 errhint("Call the function again.")));
+			break;
+		case SK_ERR_INVALID:
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("%s", reply.message)));
+			break;
+		case SK_ERR_LOCKED:
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("%s", reply.message),
+					 errhint("Another PostgreSQL cluster sharing this Redis works on the campaign, or a lease of a stopped worker has not run out yet (seckill.lock_lease); try again later.")));
+			break;
+		default:
+			break;
+	}
+	return reply;
+}
+
+static Datum
+buy_result(FunctionCallInfo fcinfo, SeckillStatus status, int64 order_id)
+{
+	TupleDesc	desc;
+	Datum		values[2];
+	bool		nulls[2] = {false, status != SK_OK};
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	values[0] = CStringGetTextDatum(seckill_status_name(status));
+	values[1] = Int64GetDatum(order_id);
+	return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
+}
+
+static void
+check_qty(int qty, int per_user_limit)
+{
+	if (qty > per_user_limit)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("qty %d is above the campaign's per-user limit of %d", qty, per_user_limit)));
+}
+
+/*
+ * seckill_buy(user_id text, goods text, qty int DEFAULT 1)
+ *		RETURNS (status text, order_id bigint)
+ */
+Datum
+seckill_buy(PG_FUNCTION_ARGS)
+{
+	char	   *user_id = seckill_id_arg(fcinfo, 0, "user_id", SECKILL_MAX_USER_LEN);
+	char	   *goods = seckill_id_arg(fcinfo, 1, "goods", SECKILL_MAX_GOODS_LEN);
+	int			qty;
+	SeckillCampaign cached;
+	int64		campaign_id;
+	SeckillReply reply;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("qty must not be null")));
+	qty = PG_GETARG_INT32(2);
+	if (qty < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("qty must be at least 1")));
+	if (seckill_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("seckill is not loaded"),
+				 errhint("Add seckill to shared_preload_libraries in postgresql.conf and restart the server.")));
+
+	if (seckill_campaign_lookup(goods, &cached))
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		check_qty(qty, cached.per_user_limit);
+		if (now < cached.starts_at)
+			return buy_result(fcinfo, SK_NOT_STARTED, 0);
+		if (now >= cached.ends_at)
+			return buy_result(fcinfo, SK_ENDED, 0);
+		if (pg_atomic_read_u32(&cached.sold_out))
+			return buy_result(fcinfo, SK_SOLD_OUT, 0);
+		campaign_id = cached.id;
+	}
+	else
+	{
+		CampaignInfo info;
+
+		if (!seckill_campaign_by_goods(goods, &info))
+			return buy_result(fcinfo, SK_UNKNOWN_GOODS, 0);
+		if (strcmp(info.state, "closed") == 0)
+			return buy_result(fcinfo, SK_ENDED, 0);
+		check_qty(qty, info.per_user_limit);
+		if (strcmp(info.state, "draft") == 0)
+			return buy_result(fcinfo, SK_NOT_STARTED, 0);
+		campaign_id = info.id;
+	}
+
+	reply = seckill_call_checked(SK_REQ_BUY, campaign_id, user_id, qty);
+	return buy_result(fcinfo, reply.status, reply.order_id);
+}
+
+/*
+ * seckill_order(user_id text, goods text)
+ *		RETURNS (status text, order_id bigint, qty int, created_at timestamptz)
+ *
+ * Waits until the worker has settled every request made before it, so the
+ * answer is final for a purchase whose call timed out or failed.
+ */
+Datum
+seckill_order(PG_FUNCTION_ARGS)
+{
+	char	   *user_id = seckill_id_arg(fcinfo, 0, "user_id", SECKILL_MAX_USER_LEN);
+	char	   *goods = seckill_id_arg(fcinfo, 1, "goods", SECKILL_MAX_GOODS_LEN);
+	CampaignInfo info;
+	TupleDesc	desc;
+	Datum		values[4] = {0};
+	bool		nulls[4] = {false, true, true, true};
+	const char *status = "none";
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	if (!seckill_campaign_by_goods(goods, &info))
+		status = "unknown_goods";
+	else
+	{
+		Oid			types[2] = {INT8OID, TEXTOID};
+		Datum		args[2] = {Int64GetDatum(info.id), CStringGetTextDatum(user_id)};
+
+		(void) seckill_call_checked(SK_REQ_BARRIER, info.id, NULL, 0);
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		if (SPI_execute_with_args("SELECT status, id, qty, created_at FROM seckill.orders "
+								  "WHERE campaign_id = $1 AND user_id = $2 "
+								  "ORDER BY status <> 'cancelled' DESC, id DESC LIMIT 1",
+								  2, types, args, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "reading seckill.orders failed");
+		if (SPI_processed > 0)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[0];
+			bool		isnull;
+
+			status = TextDatumGetCString(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull));
+			status = MemoryContextStrdup(CurTransactionContext, status);
+			for (int i = 1; i < 4; i++)
+			{
+				values[i] = SPI_getbinval(tup, SPI_tuptable->tupdesc, i + 1, &isnull);
+				nulls[i] = false;
+			}
+		}
+		SPI_finish();
+	}
+	values[0] = CStringGetTextDatum(status);
+	return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
+}

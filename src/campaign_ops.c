@@ -1,0 +1,474 @@
+/*-------------------------------------------------------------------------
+ *
+ * campaign_ops.c
+ *		Worker-side admin work on campaigns, each step under the campaign's
+ *		Redis lease: rebuild (preheat) from PostgreSQL, close, status,
+ *		reconcile, and the replay of the reservation journal.
+ *
+ * The journal holds every reservation Redis granted that the worker has
+ * not settled.  Replaying it turns each entry into an order (it was
+ * committed: drop the entry) or a logged compensation (it was not: log it in
+ * PostgreSQL, then give the stock back in Redis; both steps are idempotent
+ * under the request id, so a crash between them is harmless).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "campaign_ops.h"
+
+#include "access/xlog.h"
+#include "miscadmin.h"
+#include "redis.h"
+#include "store.h"
+#include "utils/timestamp.h"
+
+/* Users per SADD when staging buyers. */
+#define STAGE_CHUNK 1000
+
+static uint64 lock_counter = 0;
+
+void
+sk_reply_error(SeckillReply *reply, SeckillStatus status, const char *fmt,...)
+{
+	va_list		ap;
+
+	reply->status = status;
+	va_start(ap, fmt);
+	vsnprintf(reply->message, sizeof(reply->message), fmt, ap);
+	va_end(ap);
+}
+
+/* Keep the backends' sold-out shortcut in step with Redis' stock. */
+void
+sk_note_stock(int64 campaign_id, long long stock)
+{
+	SeckillCampaign *c = seckill_campaign_find(campaign_id);
+
+	if (c != NULL && stock >= 0)
+		pg_atomic_write_u32(&c->sold_out, stock == 0 ? 1 : 0);
+}
+
+/*
+ * Take the campaign's lease.  Returns the owner token, or NULL with the
+ * reply set when the lease is held elsewhere or Redis failed.  The token is
+ * unique per acquisition, so a late release can never free another
+ * owner's lease.
+ */
+static char *
+campaign_lock(int64 id, SeckillReply *reply)
+{
+	SkPipeline	p;
+	SkReply    *r;
+	char	   *key = sk_campaign_key(id, "lock");
+	char	   *token = psprintf(UINT64_FORMAT ":%d:" INT64_FORMAT ":" UINT64_FORMAT,
+								 GetSystemIdentifier(), MyProcPid, MyStartTimestamp,
+								 ++lock_counter);
+	char	   *lease = psprintf("%d", seckill_lock_lease);
+	const char *argv[6] = {"SET", key, token, "NX", "PX", lease};
+
+	sk_pipeline_init(&p);
+	sk_pipeline_add(&p, 6, argv, NULL);
+	r = sk_pipeline_exec(&p);
+	if (r == NULL)
+	{
+		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		return NULL;
+	}
+	if (r[0].type != REDIS_REPLY_STATUS)
+	{
+		sk_reply_error(reply, SK_ERR_LOCKED,
+					   "campaign " INT64_FORMAT " is locked by another seckill worker (Redis key %s)",
+					   id, key);
+		return NULL;
+	}
+	return token;
+}
+
+static void
+campaign_unlock(int64 id, const char *token)
+{
+	SkPipeline	p;
+	const char *keys[1] = {sk_campaign_key(id, "lock")};
+
+	sk_pipeline_init(&p);
+	sk_pipeline_script(&p, SK_SCRIPT_UNLOCK, 1, keys, 1, &token);
+	/* On failure the lease simply runs out. */
+	(void) sk_pipeline_exec(&p);
+}
+
+static void
+campaign_keys(int64 id, const char **keys)
+{
+	keys[0] = sk_campaign_key(id, "meta");
+	keys[1] = sk_campaign_key(id, "buyers");
+	keys[2] = sk_campaign_key(id, "journal");
+}
+
+/*
+ * Settle every journal entry of one campaign.  False when Redis failed
+ * (nothing is lost: the next replay takes over).
+ */
+static bool
+replay_campaign(int64 id, int *committed, int *compensated)
+{
+	SkPipeline	p;
+	SkReply    *r;
+	const char *keys[3];
+	int			n;
+	int64	   *ids;
+	bool	   *exists;
+	int			ncommitted = 0;
+
+	campaign_keys(id, keys);
+	sk_pipeline_init(&p);
+	sk_pipeline_add(&p, 2, (const char *[]) {"HGETALL", keys[2]}, NULL);
+	r = sk_pipeline_exec(&p);
+	if (r == NULL)
+		return false;
+	n = r[0].elements / 2;
+	if (committed)
+		*committed = 0;
+	if (compensated)
+		*compensated = 0;
+	if (n == 0)
+		return true;
+
+	ids = palloc(sizeof(int64) * n);
+	for (int i = 0; i < n; i++)
+		ids[i] = strtoll(r[0].element[2 * i].str, NULL, 10);
+
+	store_begin("seckill: replay journal");
+	exists = store_orders_exist(ids, n);
+	for (int i = 0; i < n; i++)
+	{
+		const char *entry = r[0].element[2 * i + 1].str;
+		const char *sep = strchr(entry, ':');
+
+		if (exists[i] || sep == NULL)
+			continue;
+		store_log_compensation(ids[i], id, sep + 1, atoi(entry),
+							   "not committed: replayed from the Redis journal");
+	}
+	store_commit();
+
+	sk_pipeline_init(&p);
+	for (int i = 0; i < n; i++)
+	{
+		char	   *reqid = r[0].element[2 * i].str;
+
+		if (exists[i])
+		{
+			sk_pipeline_add(&p, 3, (const char *[]) {"HDEL", keys[2], reqid}, NULL);
+			ncommitted++;
+		}
+		else
+			sk_pipeline_script(&p, SK_SCRIPT_COMPENSATE, 3, keys, 1, (const char **) &reqid);
+	}
+	r = sk_pipeline_exec(&p);
+	if (r == NULL)
+		return false;
+	for (int i = 0; i < n; i++)
+		if (!exists[i] && r[i].type == REDIS_REPLY_ARRAY && r[i].elements == 2)
+			sk_note_stock(id, sk_reply_int(&r[i].element[1]));
+	pg_atomic_fetch_add_u64(&seckill_shared->counters.compensations, n - ncommitted);
+	ereport(LOG,
+			(errmsg("seckill worker replayed the journal of campaign " INT64_FORMAT ": %d committed, %d given back",
+					id, ncommitted, n - ncommitted)));
+	if (committed)
+		*committed = ncommitted;
+	if (compensated)
+		*compensated = n - ncommitted;
+	return true;
+}
+
+/* Replay the journals of every preheated campaign.  False when Redis failed. */
+bool
+sk_replay_all(void)
+{
+	List	   *rows = NIL;
+	ListCell   *lc;
+
+	store_begin("seckill: list campaigns");
+	if (store_schema_exists())
+		rows = store_campaigns_in_state("preheated");
+	store_commit();
+	foreach(lc, rows)
+	{
+		SkCampaignRow *row = lfirst(lc);
+
+		if (!replay_campaign(row->id, NULL, NULL))
+			return false;
+	}
+	return true;
+}
+
+static char *
+usec_arg(TimestampTz ts)
+{
+	if (TIMESTAMP_IS_NOEND(ts))
+		return "inf";
+	if (TIMESTAMP_IS_NOBEGIN(ts))
+		return "0";
+	return psprintf(INT64_FORMAT, seckill_unix_usec(ts));
+}
+
+/*
+ * Load the campaign from PostgreSQL into Redis (stock = total - sold, buyers
+ * = users with an active order) and into the campaign cache.  The caller
+ * holds the lease.
+ */
+static void
+rebuild_locked(int64 id, SeckillReply *reply)
+{
+	SkCampaignRow row;
+	List	   *buyers = NIL;
+	bool		found;
+	SkPipeline	p;
+	SkReply    *r;
+	const char *keys[4];
+	const char *args[5];
+	const char **sadd;
+	int			nsadd = 0;
+	ListCell   *lc;
+	int			stock;
+
+	if (!replay_campaign(id, NULL, NULL))
+	{
+		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		return;
+	}
+	store_begin("seckill: load campaign");
+	found = store_campaign(id, &row);
+	if (found)
+		buyers = store_buyers(id);
+	store_commit();
+	if (!found)
+	{
+		sk_reply_error(reply, SK_ERR_INVALID,
+					   "campaign " INT64_FORMAT " is not visible to the seckill worker; commit the transaction that created it first",
+					   id);
+		return;
+	}
+	if (strcmp(row.state, "closed") == 0)
+	{
+		sk_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " is closed", id);
+		return;
+	}
+
+	campaign_keys(id, keys);
+	keys[3] = sk_campaign_key(id, "staged-buyers");
+	sk_pipeline_init(&p);
+	sk_pipeline_add(&p, 2, (const char *[]) {"DEL", keys[3]}, NULL);
+	sadd = palloc(sizeof(char *) * (STAGE_CHUNK + 2));
+	foreach(lc, buyers)
+	{
+		if (nsadd == 0)
+		{
+			sadd[nsadd++] = "SADD";
+			sadd[nsadd++] = keys[3];
+		}
+		sadd[nsadd++] = lfirst(lc);
+		if (nsadd == STAGE_CHUNK + 2 || lnext(buyers, lc) == NULL)
+		{
+			sk_pipeline_add(&p, nsadd, sadd, NULL);
+			nsadd = 0;
+		}
+	}
+	stock = row.total_stock - row.sold;
+	args[0] = psprintf("%d", stock);
+	args[1] = usec_arg(row.starts_at);
+	args[2] = usec_arg(row.ends_at);
+	args[3] = psprintf("%d", row.per_user_limit);
+	args[4] = "open";
+	sk_pipeline_script(&p, SK_SCRIPT_LOAD, 4, keys, 5, args);
+	r = sk_pipeline_exec(&p);
+	if (r == NULL)
+	{
+		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		return;
+	}
+	if (sk_reply_is_error(&r[p.count - 1]))
+	{
+		sk_reply_error(reply, SK_ERR_INVALID, "loading campaign " INT64_FORMAT " into Redis failed: %s",
+					   id, r[p.count - 1].str);
+		return;
+	}
+
+	if (strcmp(row.state, "draft") == 0)
+	{
+		store_begin("seckill: preheat campaign");
+		store_set_state(id, "preheated");
+		store_commit();
+	}
+	seckill_campaign_store(id, row.goods, row.starts_at, row.ends_at,
+						   row.per_user_limit, stock <= 0);
+	ereport(LOG,
+			(errmsg("seckill worker loaded campaign " INT64_FORMAT " (\"%s\") into Redis: stock %d, %d buyers",
+					id, row.goods, stock, list_length(buyers))));
+	reply->status = SK_OK;
+	reply->values[0] = stock;
+	reply->values[1] = list_length(buyers);
+}
+
+void
+sk_rebuild(int64 campaign_id, SeckillReply *reply)
+{
+	char	   *token = campaign_lock(campaign_id, reply);
+
+	if (token == NULL)
+		return;
+	rebuild_locked(campaign_id, reply);
+	campaign_unlock(campaign_id, token);
+}
+
+static void
+close_locked(int64 id, SeckillReply *reply)
+{
+	SkCampaignRow row;
+	SkPipeline	p;
+	const char *keys[3];
+	char	   *ttl = "604800";
+
+	if (!replay_campaign(id, NULL, NULL))
+	{
+		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		return;
+	}
+	store_begin("seckill: close campaign");
+	if (!store_campaign(id, &row))
+	{
+		store_commit();
+		sk_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " does not exist", id);
+		return;
+	}
+	if (strcmp(row.state, "closed") != 0)
+		store_set_state(id, "closed");
+	store_commit();
+	seckill_campaign_forget(id);
+
+	/* Keep the closed campaign's keys a week for inspection, then let Redis drop them. */
+	campaign_keys(id, keys);
+	sk_pipeline_init(&p);
+	sk_pipeline_add(&p, 4, (const char *[]) {"HSET", keys[0], "state", "closed"}, NULL);
+	sk_pipeline_add(&p, 3, (const char *[]) {"EXPIRE", keys[0], ttl}, NULL);
+	sk_pipeline_add(&p, 3, (const char *[]) {"EXPIRE", keys[1], ttl}, NULL);
+	if (sk_pipeline_exec(&p) == NULL)
+	{
+		sk_reply_error(reply, SK_ERR_REDIS,
+					   "campaign closed in PostgreSQL, but Redis failed: %s", sk_redis_error());
+		return;
+	}
+	reply->status = SK_OK;
+	reply->values[0] = row.sold;
+}
+
+static void
+status(int64 id, SeckillReply *reply)
+{
+	SkPipeline	p;
+	SkReply    *r;
+	const char *keys[3];
+	SeckillCampaign *c = seckill_campaign_find(id);
+
+	campaign_keys(id, keys);
+	sk_pipeline_init(&p);
+	sk_pipeline_add(&p, 3, (const char *[]) {"HGET", keys[0], "stock"}, NULL);
+	sk_pipeline_add(&p, 2, (const char *[]) {"SCARD", keys[1]}, NULL);
+	sk_pipeline_add(&p, 2, (const char *[]) {"HLEN", keys[2]}, NULL);
+	r = sk_pipeline_exec(&p);
+	if (r == NULL)
+	{
+		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		return;
+	}
+	reply->status = SK_OK;
+	reply->values[0] = r[0].type == REDIS_REPLY_NIL ? -1 : sk_reply_int(&r[0]);
+	reply->values[1] = sk_reply_int(&r[1]);
+	reply->values[2] = sk_reply_int(&r[2]);
+	reply->values[3] = c != NULL && pg_atomic_read_u32(&c->sold_out) != 0;
+}
+
+static void
+reconcile_locked(int64 id, SeckillReply *reply)
+{
+	int			committed,
+				compensated;
+	SkCampaignRow row;
+	List	   *buyers = NIL;
+	long long	redis_stock,
+				redis_buyers;
+	int			expected;
+	bool		repaired;
+
+	if (!replay_campaign(id, &committed, &compensated))
+	{
+		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		return;
+	}
+	status(id, reply);
+	if (reply->status != SK_OK)
+		return;
+	redis_stock = reply->values[0];
+	redis_buyers = reply->values[1];
+
+	store_begin("seckill: reconcile campaign");
+	if (!store_campaign(id, &row))
+	{
+		store_commit();
+		sk_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " does not exist", id);
+		return;
+	}
+	buyers = store_buyers(id);
+	store_commit();
+
+	expected = row.total_stock - row.sold;
+	repaired = redis_stock != expected || redis_buyers != list_length(buyers);
+	if (repaired)
+	{
+		ereport(LOG,
+				(errmsg("seckill reconcile found drift in campaign " INT64_FORMAT ": Redis stock %lld, expected %d; Redis buyers %lld, expected %d",
+						id, redis_stock, expected, redis_buyers, list_length(buyers))));
+		rebuild_locked(id, reply);
+		if (reply->status != SK_OK)
+			return;
+	}
+	memset(reply->values, 0, sizeof(reply->values));
+	reply->status = SK_OK;
+	reply->values[0] = redis_stock;
+	reply->values[1] = expected;
+	reply->values[2] = redis_buyers;
+	reply->values[3] = list_length(buyers);
+	reply->values[4] = committed;
+	reply->values[5] = compensated;
+	reply->values[6] = repaired;
+}
+
+void
+sk_serve_admin(const SeckillRequest *request, SeckillReply *reply)
+{
+	int64		id = request->campaign_id;
+	char	   *token;
+
+	if (request->kind == SK_REQ_STATUS)
+	{
+		status(id, reply);
+		return;
+	}
+	token = campaign_lock(id, reply);
+	if (token == NULL)
+		return;
+	switch (request->kind)
+	{
+		case SK_REQ_PREHEAT:
+			rebuild_locked(id, reply);
+			break;
+		case SK_REQ_CLOSE:
+			close_locked(id, reply);
+			break;
+		case SK_REQ_RECONCILE:
+			reconcile_locked(id, reply);
+			break;
+		default:
+			elog(ERROR, "unexpected seckill request kind %d", request->kind);
+	}
+	campaign_unlock(id, token);
+}

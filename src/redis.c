@@ -1,0 +1,553 @@
+/*-------------------------------------------------------------------------
+ *
+ * redis.c
+ *		Non-blocking hiredis connection with deadlines, run from the
+ *		worker's wait set.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "redis.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <hiredis/hiredis.h>
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "shmem.h"
+#include "storage/fd.h"
+#include "storage/latch.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "lua_scripts.h"
+
+static const char *const script_source[SK_NSCRIPTS] = {
+	[SK_SCRIPT_BUY] = LUA_BUY,
+	[SK_SCRIPT_COMPENSATE] = LUA_COMPENSATE,
+	[SK_SCRIPT_LOAD] = LUA_LOAD,
+	[SK_SCRIPT_UNLOCK] = LUA_UNLOCK,
+};
+
+static redisContext *conn = NULL;
+static char script_sha[SK_NSCRIPTS][41];
+static char last_error[256] = "not connected yet";
+
+/* The settings the connection was made with, to notice changes on reload. */
+static char *conn_host = NULL;
+static int	conn_port = 0;
+static char *conn_user = NULL;
+static char *conn_password_file = NULL;
+
+/* Reconnect backoff: 100 ms doubling up to 5 s, reset on success. */
+static TimestampTz next_attempt = 0;
+static int	backoff_ms = 0;
+
+/* latch, postmaster death, and the socket when connected */
+static WaitEventSet *wait_set = NULL;
+static int	socket_pos = -1;
+
+static void
+rebuild_wait_set(void)
+{
+	if (wait_set)
+		FreeWaitEventSet(wait_set);
+	wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	socket_pos = -1;
+	if (conn)
+		socket_pos = AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, conn->fd, NULL, NULL);
+}
+
+void
+sk_redis_init(void)
+{
+	rebuild_wait_set();
+}
+
+bool
+sk_redis_connected(void)
+{
+	return conn != NULL;
+}
+
+const char *
+sk_redis_error(void)
+{
+	return last_error;
+}
+
+static void
+set_error(const char *fmt,...) pg_attribute_printf(1, 2);
+
+static void
+set_error(const char *fmt,...)
+{
+	va_list		ap;
+
+	va_start(ap, fmt);
+	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	va_end(ap);
+}
+
+void
+sk_redis_disconnect(const char *why)
+{
+	if (conn == NULL)
+		return;
+	if (why)
+		set_error("%s", why);
+	ereport(LOG,
+			(errmsg("seckill worker disconnected from Redis at %s:%d: %s",
+					conn_host, conn_port, last_error)));
+	redisFree(conn);
+	conn = NULL;
+	rebuild_wait_set();
+}
+
+bool
+sk_redis_settings_changed(void)
+{
+	return conn != NULL &&
+		(strcmp(conn_host, seckill_redis_host) != 0 ||
+		 conn_port != seckill_redis_port ||
+		 strcmp(conn_user, seckill_redis_user) != 0 ||
+		 strcmp(conn_password_file, seckill_redis_password_file) != 0);
+}
+
+/*
+ * Wait until the socket is ready for `events` or the deadline passes.  The
+ * latch is reset when it wakes us: the caller re-checks the queue after its
+ * round anyway.  Interrupts (SIGTERM) are served here.
+ */
+static bool
+wait_socket(uint32 events, TimestampTz deadline)
+{
+	WaitEvent	ev;
+
+	ModifyWaitEvent(wait_set, socket_pos, events, NULL);
+	for (;;)
+	{
+		long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		int			n;
+
+		if (ms <= 0)
+			return false;
+		n = WaitEventSetWait(wait_set, ms, &ev, 1, PG_WAIT_EXTENSION);
+		if (n == 0)
+			continue;
+		if (ev.events & WL_LATCH_SET)
+		{
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			continue;
+		}
+		if (ev.events & events)
+			return true;
+	}
+}
+
+static bool
+fail(const char *what)
+{
+	set_error("%s: %s", what, conn && conn->errstr[0] ? conn->errstr : "connection lost");
+	sk_redis_disconnect(NULL);
+	return false;
+}
+
+static bool
+flush_output(TimestampTz deadline)
+{
+	int			done = 0;
+
+	while (!done)
+	{
+		if (redisBufferWrite(conn, &done) == REDIS_ERR)
+			return fail("write to Redis failed");
+		if (!done && !wait_socket(WL_SOCKET_WRITEABLE, deadline))
+		{
+			set_error("Redis did not accept the request within seckill.redis_timeout (%d ms)",
+					  seckill_redis_timeout);
+			sk_redis_disconnect(NULL);
+			return false;
+		}
+	}
+	return true;
+}
+
+static void
+copy_reply(SkReply *dst, const redisReply *src)
+{
+	dst->type = src->type;
+	dst->integer = src->integer;
+	dst->str = NULL;
+	dst->len = 0;
+	dst->elements = 0;
+	dst->element = NULL;
+	if (src->type == REDIS_REPLY_STRING || src->type == REDIS_REPLY_STATUS ||
+		src->type == REDIS_REPLY_ERROR)
+	{
+		dst->str = palloc(src->len + 1);
+		memcpy(dst->str, src->str, src->len);
+		dst->str[src->len] = '\0';
+		dst->len = src->len;
+	}
+	else if (src->type == REDIS_REPLY_ARRAY)
+	{
+		dst->elements = src->elements;
+		dst->element = palloc0(sizeof(SkReply) * Max(src->elements, 1));
+		for (size_t i = 0; i < src->elements; i++)
+			copy_reply(&dst->element[i], src->element[i]);
+	}
+}
+
+/* Read n replies into out[], or fail (and disconnect) at the deadline. */
+static bool
+read_replies(SkReply *out, int n, TimestampTz deadline)
+{
+	for (int i = 0; i < n;)
+	{
+		void	   *raw = NULL;
+
+		if (redisGetReplyFromReader(conn, &raw) == REDIS_ERR)
+			return fail("bad reply from Redis");
+		if (raw != NULL)
+		{
+			copy_reply(&out[i++], raw);
+			freeReplyObject(raw);
+			continue;
+		}
+		if (!wait_socket(WL_SOCKET_READABLE, deadline))
+		{
+			set_error("Redis did not answer within seckill.redis_timeout (%d ms)",
+					  seckill_redis_timeout);
+			sk_redis_disconnect(NULL);
+			return false;
+		}
+		if (redisBufferRead(conn) == REDIS_ERR)
+			return fail("read from Redis failed");
+	}
+	return true;
+}
+
+static bool
+send_and_read(SkPipeline *p, SkReply *out)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout);
+
+	if (redisAppendFormattedCommand(conn, p->buf.data, p->buf.len) != REDIS_OK)
+		return fail("could not queue a Redis command");
+	if (!flush_output(deadline))
+		return false;
+	pg_atomic_fetch_add_u64(&seckill_shared->counters.redis_round_trips, 1);
+	return read_replies(out, p->count, deadline);
+}
+
+void
+sk_pipeline_init(SkPipeline *p)
+{
+	initStringInfo(&p->buf);
+	p->count = 0;
+}
+
+/* Append one command, binary-safe, in RESP. */
+void
+sk_pipeline_add(SkPipeline *p, int argc, const char **argv, const size_t *lens)
+{
+	appendStringInfo(&p->buf, "*%d\r\n", argc);
+	for (int i = 0; i < argc; i++)
+	{
+		size_t		len = lens ? lens[i] : strlen(argv[i]);
+
+		appendStringInfo(&p->buf, "$%zu\r\n", len);
+		appendBinaryStringInfo(&p->buf, argv[i], len);
+		appendBinaryStringInfo(&p->buf, "\r\n", 2);
+	}
+	p->count++;
+}
+
+void
+sk_pipeline_script(SkPipeline *p, SkScript script,
+				   int nkeys, const char **keys, int nargs, const char **args)
+{
+	const char **argv = palloc(sizeof(char *) * (3 + nkeys + nargs));
+	char		nkeys_str[16];
+	int			argc = 0;
+
+	snprintf(nkeys_str, sizeof(nkeys_str), "%d", nkeys);
+	argv[argc++] = "EVALSHA";
+	argv[argc++] = script_sha[script];
+	argv[argc++] = nkeys_str;
+	for (int i = 0; i < nkeys; i++)
+		argv[argc++] = keys[i];
+	for (int i = 0; i < nargs; i++)
+		argv[argc++] = args[i];
+	sk_pipeline_add(p, argc, argv, NULL);
+	pfree(argv);
+}
+
+static bool
+load_scripts(void)
+{
+	SkPipeline p;
+	SkReply		replies[SK_NSCRIPTS];
+
+	sk_pipeline_init(&p);
+	for (int i = 0; i < SK_NSCRIPTS; i++)
+	{
+		const char *argv[] = {"SCRIPT", "LOAD", script_source[i]};
+
+		sk_pipeline_add(&p, 3, argv, NULL);
+	}
+	if (!send_and_read(&p, replies))
+		return false;
+	for (int i = 0; i < SK_NSCRIPTS; i++)
+	{
+		if (replies[i].type != REDIS_REPLY_STRING || replies[i].len != 40)
+		{
+			set_error("SCRIPT LOAD failed: %s", replies[i].str ? replies[i].str : "unexpected reply");
+			sk_redis_disconnect(NULL);
+			return false;
+		}
+		memcpy(script_sha[i], replies[i].str, 41);
+	}
+	return true;
+}
+
+static bool
+any_noscript(const SkReply *r, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (r[i].type == REDIS_REPLY_ERROR && strncmp(r[i].str, "NOSCRIPT", 8) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Send the pipeline and read all its replies.  NULL when Redis failed: the
+ * connection is then closed and sk_redis_error() says why.  When Redis has
+ * lost the scripts (SCRIPT FLUSH, restart behind a proxy) they are loaded
+ * again and the pipeline resent once: every script is idempotent.
+ */
+SkReply *
+sk_pipeline_exec(SkPipeline *p)
+{
+	SkReply    *replies;
+
+	if (conn == NULL)
+		return NULL;
+	if (p->count == 0)
+		return NULL;
+	replies = palloc0(sizeof(SkReply) * p->count);
+	if (!send_and_read(p, replies))
+		return NULL;
+	if (any_noscript(replies, p->count))
+	{
+		ereport(LOG, (errmsg("seckill worker reloads its Lua scripts into Redis")));
+		if (!load_scripts() || !send_and_read(p, replies))
+			return NULL;
+	}
+	return replies;
+}
+
+bool
+sk_reply_is_error(const SkReply *r)
+{
+	return r->type == REDIS_REPLY_ERROR;
+}
+
+long long
+sk_reply_int(const SkReply *r)
+{
+	if (r->type == REDIS_REPLY_INTEGER)
+		return r->integer;
+	if (r->type == REDIS_REPLY_STRING)
+		return strtoll(r->str, NULL, 10);
+	return -1;
+}
+
+char *
+sk_campaign_key(int64 campaign_id, const char *part)
+{
+	return psprintf("%s:{c:" INT64_FORMAT "}:%s", seckill_redis_prefix, campaign_id, part);
+}
+
+/* The first line of the password file; NULL (and the error set) when unusable. */
+static char *
+read_password(void)
+{
+	FILE	   *f;
+	struct stat st;
+	char		line[1024];
+	size_t		len;
+
+	f = AllocateFile(seckill_redis_password_file, "r");
+	if (f == NULL)
+	{
+		set_error("could not open seckill.redis_password_file \"%s\": %m",
+				  seckill_redis_password_file);
+		return NULL;
+	}
+	if (fstat(fileno(f), &st) != 0 || (st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
+	{
+		FreeFile(f);
+		set_error("seckill.redis_password_file \"%s\" must be readable by its owner only (chmod 600)",
+				  seckill_redis_password_file);
+		return NULL;
+	}
+	if (fgets(line, sizeof(line), f) == NULL)
+		line[0] = '\0';
+	FreeFile(f);
+	len = strcspn(line, "\r\n");
+	line[len] = '\0';
+	return pstrdup(line);
+}
+
+static bool
+authenticate(void)
+{
+	SkPipeline	p;
+	SkReply		reply;
+	char	   *password;
+	bool		ok;
+
+	if (seckill_redis_password_file[0] == '\0')
+		return true;
+	password = read_password();
+	if (password == NULL)
+	{
+		sk_redis_disconnect(NULL);
+		return false;
+	}
+	sk_pipeline_init(&p);
+	if (seckill_redis_user[0] != '\0')
+	{
+		const char *argv[] = {"AUTH", seckill_redis_user, password};
+
+		sk_pipeline_add(&p, 3, argv, NULL);
+	}
+	else
+	{
+		const char *argv[] = {"AUTH", password};
+
+		sk_pipeline_add(&p, 2, argv, NULL);
+	}
+	memset(password, 0, strlen(password));
+	ok = send_and_read(&p, &reply);
+	memset(p.buf.data, 0, p.buf.len);
+	if (!ok)
+		return false;
+	if (reply.type == REDIS_REPLY_ERROR)
+	{
+		/* Redis' own message names neither the password nor the user's secret. */
+		set_error("Redis refused the credentials of seckill.redis_user \"%s\": %s",
+				  seckill_redis_user, reply.str);
+		sk_redis_disconnect(NULL);
+		return false;
+	}
+	return true;
+}
+
+static void
+remember_settings(void)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+	if (conn_host)
+	{
+		pfree(conn_host);
+		pfree(conn_user);
+		pfree(conn_password_file);
+	}
+	conn_host = pstrdup(seckill_redis_host);
+	conn_port = seckill_redis_port;
+	conn_user = pstrdup(seckill_redis_user);
+	conn_password_file = pstrdup(seckill_redis_password_file);
+	MemoryContextSwitchTo(old);
+}
+
+static void
+attempt_failed(void)
+{
+	backoff_ms = backoff_ms == 0 ? 100 : Min(backoff_ms * 2, 5000);
+	next_attempt = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backoff_ms);
+}
+
+/*
+ * Connect, authenticate and load the scripts, all within
+ * seckill.redis_timeout.  While backing off after a failure, returns false at
+ * once with the last error, so that callers fail fast instead of queueing.
+ */
+bool
+sk_redis_connect(void)
+{
+	TimestampTz deadline;
+	int			soerr = 0;
+	socklen_t	soerrlen = sizeof(soerr);
+
+	if (conn != NULL)
+		return true;
+	if (GetCurrentTimestamp() < next_attempt)
+		return false;
+
+	remember_settings();
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout);
+	conn = redisConnectNonBlock(seckill_redis_host, seckill_redis_port);
+	if (conn == NULL || conn->err)
+	{
+		set_error("could not connect to Redis at %s:%d: %s", seckill_redis_host,
+				  seckill_redis_port, conn ? conn->errstr : "out of memory");
+		if (conn)
+			redisFree(conn);
+		conn = NULL;
+		attempt_failed();
+		return false;
+	}
+	rebuild_wait_set();
+	if (!wait_socket(WL_SOCKET_WRITEABLE, deadline) ||
+		getsockopt(conn->fd, SOL_SOCKET, SO_ERROR, &soerr, &soerrlen) != 0 || soerr != 0)
+	{
+		set_error("could not connect to Redis at %s:%d: %s", seckill_redis_host,
+				  seckill_redis_port, soerr ? strerror(soerr) : "timed out");
+		redisFree(conn);
+		conn = NULL;
+		rebuild_wait_set();
+		attempt_failed();
+		return false;
+	}
+	if (!authenticate() || !load_scripts())
+	{
+		attempt_failed();
+		return false;
+	}
+	backoff_ms = 0;
+	next_attempt = 0;
+	ereport(LOG, (errmsg("seckill worker connected to Redis at %s:%d",
+						 seckill_redis_host, seckill_redis_port)));
+	return true;
+}
+
+/*
+ * Sleep until the latch is set or the timeout passes.  An idle connection
+ * that turns readable has been closed by Redis (it sends nothing unasked):
+ * notice it now rather than at the next purchase.
+ */
+void
+sk_redis_wait_idle(long timeout_ms)
+{
+	WaitEvent	ev;
+	int			n;
+
+	if (socket_pos >= 0)
+		ModifyWaitEvent(wait_set, socket_pos, WL_SOCKET_READABLE, NULL);
+	n = WaitEventSetWait(wait_set, timeout_ms, &ev, 1, PG_WAIT_EXTENSION);
+	if (n == 1 && (ev.events & WL_LATCH_SET))
+		ResetLatch(MyLatch);
+	else if (n == 1 && (ev.events & WL_SOCKET_READABLE) && conn != NULL)
+	{
+		if (redisBufferRead(conn) == REDIS_ERR)
+			fail("Redis closed the connection");
+	}
+}

@@ -1,0 +1,70 @@
+/*-------------------------------------------------------------------------
+ *
+ * redis.h
+ *		The worker's Redis client: one non-blocking hiredis connection,
+ *		pipelines with deadlines, and the embedded Lua scripts.
+ *
+ * Every wait goes through one WaitEventSet holding the worker's latch,
+ * postmaster death and the Redis socket, so signals are always heard.
+ * Replies are copied into palloc'd memory at once; hiredis memory never
+ * outlives the call that read it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SECKILL_REDIS_H
+#define SECKILL_REDIS_H
+
+#include "seckill.h"
+
+#include <hiredis/read.h>
+
+#include "lib/stringinfo.h"
+
+typedef enum SkScript
+{
+	SK_SCRIPT_BUY,
+	SK_SCRIPT_COMPENSATE,
+	SK_SCRIPT_LOAD,
+	SK_SCRIPT_UNLOCK,
+	SK_NSCRIPTS
+} SkScript;
+
+/* A Redis reply, palloc'd. type is one of hiredis' REDIS_REPLY_* */
+typedef struct SkReply
+{
+	int			type;
+	long long	integer;
+	char	   *str;
+	size_t		len;
+	size_t		elements;
+	struct SkReply *element;
+} SkReply;
+
+/* A pipeline under construction: commands in RESP, ready to send. */
+typedef struct SkPipeline
+{
+	StringInfoData buf;
+	int			count;
+} SkPipeline;
+
+extern void sk_redis_init(void);
+extern bool sk_redis_connect(void);
+extern bool sk_redis_connected(void);
+extern void sk_redis_disconnect(const char *why);
+extern bool sk_redis_settings_changed(void);
+extern const char *sk_redis_error(void);
+extern void sk_redis_wait_idle(long timeout_ms);
+
+extern void sk_pipeline_init(SkPipeline *p);
+extern void sk_pipeline_add(SkPipeline *p, int argc, const char **argv, const size_t *lens);
+extern void sk_pipeline_script(SkPipeline *p, SkScript script,
+							   int nkeys, const char **keys, int nargs, const char **args);
+extern SkReply *sk_pipeline_exec(SkPipeline *p);
+
+extern bool sk_reply_is_error(const SkReply *r);
+extern long long sk_reply_int(const SkReply *r);
+
+/* Key names: prefix:{c:<id>}:<part>, one hash tag per campaign. */
+extern char *sk_campaign_key(int64 campaign_id, const char *part);
+
+#endif							/* SECKILL_REDIS_H */

@@ -1,0 +1,142 @@
+/*-------------------------------------------------------------------------
+ *
+ * seckill.c
+ *		Module entry: GUCs, shared memory hooks, and the background worker's
+ *		registration.  Must be loaded through shared_preload_libraries.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "seckill.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "shmem.h"
+#include "utils/guc.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+char	   *seckill_redis_host = NULL;
+int			seckill_redis_port = 6379;
+char	   *seckill_redis_user = NULL;
+char	   *seckill_redis_password_file = NULL;
+char	   *seckill_redis_prefix = NULL;
+char	   *seckill_database = NULL;
+int			seckill_request_timeout = 5000;
+int			seckill_redis_timeout = 1000;
+int			seckill_batch_size = 1000;
+int			seckill_max_campaigns = 64;
+int			seckill_lock_lease = 30000;
+
+static const char *const status_names[] = {
+	[SK_OK] = "ok",
+	[SK_SOLD_OUT] = "sold_out",
+	[SK_DUPLICATE] = "duplicate",
+	[SK_NOT_STARTED] = "not_started",
+	[SK_ENDED] = "ended",
+	[SK_UNKNOWN_GOODS] = "unknown_goods",
+	[SK_BUSY] = "busy",
+	[SK_ERR_REDIS] = "redis_error",
+	[SK_ERR_WORKER] = "worker_restarted",
+	[SK_ERR_INVALID] = "invalid",
+	[SK_ERR_LOCKED] = "locked",
+};
+
+const char *
+seckill_status_name(SeckillStatus status)
+{
+	return status_names[status];
+}
+
+int64
+seckill_unix_usec(TimestampTz ts)
+{
+	return ts + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
+}
+
+static void
+define_gucs(void)
+{
+	DefineCustomStringVariable("seckill.redis_host",
+							   "Address of the Redis server the worker uses.",
+							   "An IP address is best: a host name is resolved with a blocking lookup.",
+							   &seckill_redis_host, "127.0.0.1",
+							   PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.redis_port",
+							"TCP port of the Redis server.",
+							NULL, &seckill_redis_port, 6379, 1, 65535,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("seckill.redis_user",
+							   "Redis ACL user the worker authenticates as; empty for the default user.",
+							   NULL, &seckill_redis_user, "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomStringVariable("seckill.redis_password_file",
+							   "File holding the Redis password (first line), readable by the server's OS user only.",
+							   "The password itself is never a setting, so it cannot show in pg_settings or in the log of changed settings.",
+							   &seckill_redis_password_file, "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomStringVariable("seckill.redis_prefix",
+							   "Prefix of every Redis key seckill uses.",
+							   "Give each PostgreSQL cluster sharing one Redis its own prefix.",
+							   &seckill_redis_prefix, "seckill",
+							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("seckill.database",
+							   "The database whose seckill the worker serves.",
+							   NULL, &seckill_database, "postgres",
+							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.request_timeout",
+							"How long a call waits for the worker's answer.",
+							"A purchase that times out may still complete; seckill_order() tells.",
+							&seckill_request_timeout, 5000, 10, 3600 * 1000,
+							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.redis_timeout",
+							"How long the worker waits for Redis to connect or answer.",
+							"Keep it well below seckill.request_timeout.",
+							&seckill_redis_timeout, 1000, 10, 600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.batch_size",
+							"Most requests the worker serves in one round (one Redis pipeline, one commit).",
+							NULL, &seckill_batch_size, 1000, 1, 100000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.max_campaigns",
+							"Most campaigns preheated at once.",
+							NULL, &seckill_max_campaigns, 64, 1, 10000,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.lock_lease",
+							"Lease of the Redis lock the worker holds over a campaign's admin work.",
+							NULL, &seckill_lock_lease, 30000, 100, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	MarkGUCPrefixReserved("seckill");
+}
+
+static void
+register_worker(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 1;
+	strlcpy(worker.bgw_library_name, "seckill", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "seckill_worker_main", BGW_MAXLEN);
+	strlcpy(worker.bgw_name, "seckill worker", BGW_MAXLEN);
+	strlcpy(worker.bgw_type, "seckill worker", BGW_MAXLEN);
+	RegisterBackgroundWorker(&worker);
+}
+
+void
+_PG_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("seckill must be loaded via shared_preload_libraries"),
+				 errhint("Add seckill to shared_preload_libraries in postgresql.conf and restart the server.")));
+
+	define_gucs();
+	seckill_shmem_init();
+	register_worker();
+}

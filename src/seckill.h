@@ -1,0 +1,60 @@
+/*-------------------------------------------------------------------------
+ *
+ * seckill.h
+ *		Names shared by every part of seckill: limits, statuses, GUCs.
+ *
+ * A purchase travels: backend (buy.c) -> shared memory slot (shmem.c) ->
+ * background worker (worker.c) -> Redis (redis.c and the Lua scripts) -> group commit
+ * in PostgreSQL (store.c) -> back to the waiting backend.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SECKILL_H
+#define SECKILL_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+
+/* Documented limits of ids, in bytes. */
+#define SECKILL_MAX_USER_LEN	128
+#define SECKILL_MAX_GOODS_LEN	64
+
+/* Outcomes of a request.  The first ones are business statuses of seckill_buy. */
+typedef enum SeckillStatus
+{
+	SK_OK = 0,
+	SK_SOLD_OUT,
+	SK_DUPLICATE,
+	SK_NOT_STARTED,
+	SK_ENDED,
+	SK_UNKNOWN_GOODS,
+	SK_BUSY,
+	/* failures, raised as ERRORs by the caller; reply.message says more */
+	SK_ERR_REDIS,				/* Redis unreachable, or failed mid-request */
+	SK_ERR_WORKER,				/* the worker restarted while it held the request */
+	SK_ERR_INVALID,				/* the request does not make sense (closed campaign...) */
+	SK_ERR_LOCKED				/* the campaign's lock is held elsewhere */
+} SeckillStatus;
+
+#define SK_FIRST_ERROR SK_ERR_REDIS
+
+extern const char *seckill_status_name(SeckillStatus status);
+
+/* GUCs (seckill.c) */
+extern char *seckill_redis_host;
+extern int	seckill_redis_port;
+extern char *seckill_redis_user;
+extern char *seckill_redis_password_file;
+extern char *seckill_redis_prefix;
+extern char *seckill_database;
+extern int	seckill_request_timeout;
+extern int	seckill_redis_timeout;
+extern int	seckill_batch_size;
+extern int	seckill_max_campaigns;
+extern int	seckill_lock_lease;
+
+/* Timestamps travel to Redis as microseconds since the Unix epoch. */
+extern int64 seckill_unix_usec(TimestampTz ts);
+
+#endif							/* SECKILL_H */

@@ -1,0 +1,442 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.c
+ *		Shared memory: request slots, the queue the worker drains, and the
+ *		campaign cache that lets backends answer without the worker.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "shmem.h"
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/backendid.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+#include "utils/timestamp.h"
+
+SeckillShared *seckill_shared = NULL;
+SeckillCampaign *seckill_campaigns = NULL;
+SeckillSlot *seckill_slots = NULL;
+static int *seckill_queue = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+static bool exit_callback_registered = false;
+
+static Size
+seckill_shmem_size(void)
+{
+	Size		size = MAXALIGN(sizeof(SeckillShared));
+
+	size = add_size(size, mul_size(seckill_max_campaigns, sizeof(SeckillCampaign)));
+	size = add_size(size, mul_size(MaxBackends, sizeof(SeckillSlot)));
+	size = add_size(size, mul_size(MaxBackends, sizeof(int)));
+	return size;
+}
+
+static void
+seckill_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(seckill_shmem_size());
+	RequestNamedLWLockTranche("seckill", 2);
+}
+
+static void
+seckill_shmem_startup(void)
+{
+	bool		found;
+	char	   *p;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	seckill_shared = ShmemInitStruct("seckill", seckill_shmem_size(), &found);
+	p = (char *) seckill_shared + MAXALIGN(sizeof(SeckillShared));
+	seckill_campaigns = (SeckillCampaign *) p;
+	p += seckill_max_campaigns * sizeof(SeckillCampaign);
+	seckill_slots = (SeckillSlot *) p;
+	p += MaxBackends * sizeof(SeckillSlot);
+	seckill_queue = (int *) p;
+
+	if (!found)
+	{
+		LWLockPadded *locks = GetNamedLWLockTranche("seckill");
+
+		memset(seckill_shared, 0, seckill_shmem_size());
+		seckill_shared->queue_lock = &locks[0].lock;
+		seckill_shared->campaigns_lock = &locks[1].lock;
+		pg_atomic_init_u64(&seckill_shared->counters.rounds, 0);
+		pg_atomic_init_u64(&seckill_shared->counters.purchases, 0);
+		pg_atomic_init_u64(&seckill_shared->counters.redis_round_trips, 0);
+		pg_atomic_init_u64(&seckill_shared->counters.commits, 0);
+		pg_atomic_init_u64(&seckill_shared->counters.compensations, 0);
+		for (int i = 0; i < seckill_max_campaigns; i++)
+			pg_atomic_init_u32(&seckill_campaigns[i].sold_out, 0);
+		for (int i = 0; i < MaxBackends; i++)
+		{
+			SpinLockInit(&seckill_slots[i].mutex);
+			seckill_slots[i].state = SLOT_FREE;
+		}
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+void
+seckill_shmem_init(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = seckill_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = seckill_shmem_startup;
+}
+
+/*
+ * Give up on the request with this sequence number, if it is still ours.
+ * Returns the reply's slot to FREE when the answer had already arrived.
+ */
+static void
+slot_abandon(SeckillSlot *slot, uint64 seq)
+{
+	SpinLockAcquire(&slot->mutex);
+	if (slot->seq == seq)
+	{
+		if (slot->state == SLOT_PENDING || slot->state == SLOT_TAKEN)
+			slot->state = SLOT_ABANDONED;
+		else if (slot->state == SLOT_DONE)
+			slot->state = SLOT_FREE;
+	}
+	SpinLockRelease(&slot->mutex);
+}
+
+static void
+backend_exit(int code, Datum arg)
+{
+	SeckillSlot *slot = &seckill_slots[MyBackendId - 1];
+	uint64		seq;
+
+	SpinLockAcquire(&slot->mutex);
+	seq = slot->seq;
+	SpinLockRelease(&slot->mutex);
+	slot_abandon(slot, seq);
+}
+
+static void
+check_worker_ready(void)
+{
+	if (seckill_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("seckill is not loaded"),
+				 errhint("Add seckill to shared_preload_libraries in postgresql.conf and restart the server.")));
+	if (seckill_shared->worker_latch == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the seckill worker is not running"),
+				 errhint("The postmaster restarts it within a second; if this persists, look for \"seckill worker\" in the server log.")));
+	if (MyDatabaseId != seckill_shared->database_id)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("seckill serves database \"%s\" only", seckill_database),
+				 errhint("Connect to that database, or set seckill.database and restart the server.")));
+}
+
+/* Milliseconds left until the deadline; 0 when past it. */
+static long
+ms_until(TimestampTz deadline)
+{
+	long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+
+	return ms > 0 ? ms : 0;
+}
+
+static void
+request_timed_out(const SeckillRequest *request)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_QUERY_CANCELED),
+			 errmsg("seckill request timed out after %d ms", seckill_request_timeout),
+			 request->kind == SK_REQ_BUY ?
+			 errhint("The purchase may still complete: call seckill_order() to learn its fate before buying again.") :
+			 errhint("The seckill worker may be stalled on Redis; see seckill.redis_timeout and the server log.")));
+}
+
+/*
+ * Hand a request to the worker and wait for its reply, at most
+ * seckill.request_timeout.  Cancel-safe: on any error the slot is abandoned
+ * and the worker finishes or drops the request on its own.
+ */
+SeckillReply
+seckill_call(const SeckillRequest *request)
+{
+	SeckillSlot *slot;
+	TimestampTz deadline;
+	uint64		seq;
+	SeckillReply reply;
+	Latch	   *worker_latch;
+
+	check_worker_ready();
+	if (!exit_callback_registered)
+	{
+		before_shmem_exit(backend_exit, 0);
+		exit_callback_registered = true;
+	}
+	slot = &seckill_slots[MyBackendId - 1];
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_request_timeout);
+
+	/* An earlier request we gave up on may still hold the slot: wait for it. */
+	for (;;)
+	{
+		bool		claimed = false;
+
+		SpinLockAcquire(&slot->mutex);
+		if (slot->state == SLOT_FREE || slot->state == SLOT_DONE)
+		{
+			slot->state = SLOT_PENDING;
+			slot->queued = true;
+			seq = ++slot->seq;
+			slot->latch = MyLatch;
+			slot->request = *request;
+			claimed = true;
+		}
+		SpinLockRelease(&slot->mutex);
+		if (claimed)
+			break;
+		if (ms_until(deadline) == 0)
+			request_timed_out(request);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(ms_until(deadline), 10), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	LWLockAcquire(seckill_shared->queue_lock, LW_EXCLUSIVE);
+	seckill_queue[(seckill_shared->queue_head + seckill_shared->queue_len) % MaxBackends] =
+		MyBackendId - 1;
+	seckill_shared->queue_len++;
+	LWLockRelease(seckill_shared->queue_lock);
+
+	worker_latch = seckill_shared->worker_latch;
+	if (worker_latch)
+		SetLatch(worker_latch);
+
+	PG_TRY();
+	{
+		for (;;)
+		{
+			bool		done = false;
+
+			SpinLockAcquire(&slot->mutex);
+			if (slot->state == SLOT_DONE && slot->seq == seq)
+			{
+				reply = slot->reply;
+				slot->state = SLOT_FREE;
+				done = true;
+			}
+			SpinLockRelease(&slot->mutex);
+			if (done)
+				break;
+			if (ms_until(deadline) == 0)
+			{
+				slot_abandon(slot, seq);
+				request_timed_out(request);
+			}
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 ms_until(deadline), PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+	PG_CATCH();
+	{
+		slot_abandon(slot, seq);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	return reply;
+}
+
+/* Copy the cached campaign open for this goods; false when none is cached. */
+bool
+seckill_campaign_lookup(const char *goods, SeckillCampaign *out)
+{
+	bool		found = false;
+
+	LWLockAcquire(seckill_shared->campaigns_lock, LW_SHARED);
+	for (int i = 0; i < seckill_max_campaigns; i++)
+	{
+		SeckillCampaign *c = &seckill_campaigns[i];
+
+		if (c->id != 0 && strcmp(c->goods, goods) == 0)
+		{
+			out->id = c->id;
+			strlcpy(out->goods, c->goods, sizeof(out->goods));
+			out->starts_at = c->starts_at;
+			out->ends_at = c->ends_at;
+			out->per_user_limit = c->per_user_limit;
+			pg_atomic_init_u32(&out->sold_out, pg_atomic_read_u32(&c->sold_out));
+			found = true;
+			break;
+		}
+	}
+	LWLockRelease(seckill_shared->campaigns_lock);
+	return found;
+}
+
+/* Worker: take up to max queued slot indexes, oldest first. */
+int
+seckill_queue_drain(int *slots, int max)
+{
+	int			n;
+
+	LWLockAcquire(seckill_shared->queue_lock, LW_EXCLUSIVE);
+	n = Min((int) seckill_shared->queue_len, max);
+	for (int i = 0; i < n; i++)
+		slots[i] = seckill_queue[(seckill_shared->queue_head + i) % MaxBackends];
+	seckill_shared->queue_head = (seckill_shared->queue_head + n) % MaxBackends;
+	seckill_shared->queue_len -= n;
+	LWLockRelease(seckill_shared->queue_lock);
+	return n;
+}
+
+/*
+ * Worker: start work on a drained slot.  False when its caller gave up
+ * before the worker began: the request is dropped and the slot freed.
+ */
+bool
+seckill_slot_take(int index, SeckillRequest *request, uint64 *seq)
+{
+	SeckillSlot *slot = &seckill_slots[index];
+	bool		taken = false;
+	Latch	   *latch = NULL;
+
+	SpinLockAcquire(&slot->mutex);
+	slot->queued = false;
+	if (slot->state == SLOT_PENDING)
+	{
+		slot->state = SLOT_TAKEN;
+		*request = slot->request;
+		*seq = slot->seq;
+		taken = true;
+	}
+	else if (slot->state == SLOT_ABANDONED)
+	{
+		slot->state = SLOT_FREE;
+		latch = slot->latch;
+	}
+	SpinLockRelease(&slot->mutex);
+	if (latch)
+		SetLatch(latch);
+	return taken;
+}
+
+/* Worker: answer a taken request and wake its caller. */
+void
+seckill_slot_reply(int index, uint64 seq, const SeckillReply *reply)
+{
+	SeckillSlot *slot = &seckill_slots[index];
+	Latch	   *latch = NULL;
+
+	SpinLockAcquire(&slot->mutex);
+	if (slot->seq == seq)
+	{
+		if (slot->state == SLOT_TAKEN)
+		{
+			slot->reply = *reply;
+			slot->state = SLOT_DONE;
+		}
+		else if (slot->state == SLOT_ABANDONED)
+			slot->state = SLOT_FREE;
+		latch = slot->latch;
+	}
+	SpinLockRelease(&slot->mutex);
+	if (latch)
+		SetLatch(latch);
+}
+
+/*
+ * Worker start (or exit): requests a previous worker took have an unknown
+ * fate; tell their callers so, instead of letting them wait for the timeout.
+ * The journal replay then settles every reservation they may have made.
+ */
+void
+seckill_fail_taken_slots(const char *why)
+{
+	for (int i = 0; i < MaxBackends; i++)
+	{
+		SeckillSlot *slot = &seckill_slots[i];
+		Latch	   *latch = NULL;
+
+		SpinLockAcquire(&slot->mutex);
+		if (slot->state == SLOT_TAKEN)
+		{
+			memset(&slot->reply, 0, sizeof(slot->reply));
+			slot->reply.status = SK_ERR_WORKER;
+			strlcpy(slot->reply.message, why, sizeof(slot->reply.message));
+			slot->state = SLOT_DONE;
+			latch = slot->latch;
+		}
+		else if (slot->state == SLOT_ABANDONED && !slot->queued)
+		{
+			slot->state = SLOT_FREE;
+			latch = slot->latch;
+		}
+		SpinLockRelease(&slot->mutex);
+		if (latch)
+			SetLatch(latch);
+	}
+}
+
+SeckillCampaign *
+seckill_campaign_find(int64 id)
+{
+	for (int i = 0; i < seckill_max_campaigns; i++)
+		if (seckill_campaigns[i].id == id)
+			return &seckill_campaigns[i];
+	return NULL;
+}
+
+/* Worker: add or update a cached campaign. */
+void
+seckill_campaign_store(int64 id, const char *goods, TimestampTz starts_at,
+					   TimestampTz ends_at, int per_user_limit, bool sold_out)
+{
+	SeckillCampaign *c;
+
+	LWLockAcquire(seckill_shared->campaigns_lock, LW_EXCLUSIVE);
+	c = seckill_campaign_find(id);
+	if (c == NULL)
+		c = seckill_campaign_find(0);
+	if (c == NULL)
+	{
+		LWLockRelease(seckill_shared->campaigns_lock);
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many preheated campaigns"),
+				 errdetail("seckill.max_campaigns is %d.", seckill_max_campaigns),
+				 errhint("Close finished campaigns with seckill_close(), or raise seckill.max_campaigns and restart the server.")));
+	}
+	c->id = id;
+	strlcpy(c->goods, goods, sizeof(c->goods));
+	c->starts_at = starts_at;
+	c->ends_at = ends_at;
+	c->per_user_limit = per_user_limit;
+	pg_atomic_write_u32(&c->sold_out, sold_out ? 1 : 0);
+	LWLockRelease(seckill_shared->campaigns_lock);
+}
+
+void
+seckill_campaign_forget(int64 id)
+{
+	SeckillCampaign *c;
+
+	LWLockAcquire(seckill_shared->campaigns_lock, LW_EXCLUSIVE);
+	c = seckill_campaign_find(id);
+	if (c != NULL)
+		c->id = 0;
+	LWLockRelease(seckill_shared->campaigns_lock);
+}

@@ -1,0 +1,128 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.h
+ *		The boundary between backends and the worker: request slots, the
+ *		queue of pending slots, and the cache of preheated campaigns.
+ *
+ * Each backend owns one slot (indexed by its BackendId).  A request moves
+ * FREE -> PENDING (queued) -> TAKEN (in a worker round) -> DONE (reply
+ * written, caller's latch set) -> FREE (caller read it).  A caller that gives
+ * up (timeout, cancel, exit) marks the slot ABANDONED; the worker then drops
+ * it if it had not started it, or finishes it and frees the slot.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SECKILL_SHMEM_H
+#define SECKILL_SHMEM_H
+
+#include "seckill.h"
+
+#include "port/atomics.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/spin.h"
+
+typedef enum SeckillRequestKind
+{
+	SK_REQ_BUY,
+	SK_REQ_PREHEAT,
+	SK_REQ_CLOSE,
+	SK_REQ_STATUS,
+	SK_REQ_RECONCILE,
+	SK_REQ_BARRIER				/* answered once every earlier request is settled */
+} SeckillRequestKind;
+
+typedef enum SeckillSlotState
+{
+	SLOT_FREE,
+	SLOT_PENDING,
+	SLOT_TAKEN,
+	SLOT_DONE,
+	SLOT_ABANDONED
+} SeckillSlotState;
+
+#define SK_REPLY_VALUES 8
+#define SK_MESSAGE_LEN 256
+
+typedef struct SeckillReply
+{
+	SeckillStatus status;
+	int64		order_id;
+	int64		values[SK_REPLY_VALUES];	/* per request kind */
+	char		message[SK_MESSAGE_LEN];	/* for failures */
+} SeckillReply;
+
+typedef struct SeckillRequest
+{
+	SeckillRequestKind kind;
+	int64		campaign_id;
+	int32		qty;
+	char		user_id[SECKILL_MAX_USER_LEN + 1];
+} SeckillRequest;
+
+typedef struct SeckillSlot
+{
+	slock_t		mutex;			/* guards state, seq and latch */
+	SeckillSlotState state;
+	bool		queued;			/* its index is in the queue */
+	uint64		seq;			/* bumped by every new request */
+	Latch	   *latch;			/* the caller's, set when DONE */
+	SeckillRequest request;
+	SeckillReply reply;
+} SeckillSlot;
+
+/* A preheated campaign, as backends need it to answer without the worker. */
+typedef struct SeckillCampaign
+{
+	int64		id;				/* 0: entry unused */
+	char		goods[SECKILL_MAX_GOODS_LEN + 1];
+	TimestampTz starts_at;
+	TimestampTz ends_at;
+	int32		per_user_limit;
+	pg_atomic_uint32 sold_out;
+} SeckillCampaign;
+
+/* Worker counters, for seckill_status and the benchmarks. */
+typedef struct SeckillCounters
+{
+	pg_atomic_uint64 rounds;
+	pg_atomic_uint64 purchases;
+	pg_atomic_uint64 redis_round_trips;
+	pg_atomic_uint64 commits;
+	pg_atomic_uint64 compensations;
+} SeckillCounters;
+
+typedef struct SeckillShared
+{
+	LWLock	   *queue_lock;		/* guards the queue */
+	LWLock	   *campaigns_lock; /* guards the campaign cache */
+	Latch	   *worker_latch;	/* NULL while no worker serves requests */
+	pid_t		worker_pid;
+	Oid			database_id;	/* the database the worker serves */
+	uint32		queue_head;		/* next entry to take */
+	uint32		queue_len;		/* entries queued */
+	SeckillCounters counters;
+	/* then: campaigns[seckill_max_campaigns], slots[MaxBackends], queue[MaxBackends] */
+} SeckillShared;
+
+extern SeckillShared *seckill_shared;
+extern SeckillCampaign *seckill_campaigns;
+extern SeckillSlot *seckill_slots;
+
+extern void seckill_shmem_init(void);
+
+/* backends */
+extern SeckillReply seckill_call(const SeckillRequest *request);
+extern bool seckill_campaign_lookup(const char *goods, SeckillCampaign *out);
+
+/* worker */
+extern int	seckill_queue_drain(int *slots, int max);
+extern bool seckill_slot_take(int slot, SeckillRequest *request, uint64 *seq);
+extern void seckill_slot_reply(int slot, uint64 seq, const SeckillReply *reply);
+extern void seckill_fail_taken_slots(const char *why);
+extern SeckillCampaign *seckill_campaign_find(int64 id);
+extern void seckill_campaign_store(int64 id, const char *goods, TimestampTz starts_at,
+								   TimestampTz ends_at, int per_user_limit, bool sold_out);
+extern void seckill_campaign_forget(int64 id);
+
+#endif							/* SECKILL_SHMEM_H */

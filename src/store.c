@@ -1,0 +1,414 @@
+/*-------------------------------------------------------------------------
+ *
+ * store.c
+ *		PostgreSQL work of the worker, through SPI with saved plans.
+ *
+ * All accepted purchases of a round are committed by one statement in one
+ * transaction.  When that statement fails (a stale Redis let a duplicate or
+ * an oversell through, and a constraint caught it), each order is retried
+ * alone in a subtransaction, so one bad row does not sink the others; the
+ * refused ones are logged as compensations in the same transaction.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "store.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "pgstat.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+static SPIPlanPtr commit_plan = NULL;
+static SPIPlanPtr compensation_plan = NULL;
+static SPIPlanPtr exist_plan = NULL;
+
+/* The block of order ids the worker owns: [next_id, last_id]. */
+static int64 next_id = 0;
+static int64 last_id = -1;
+
+#define ORDER_ID_BLOCK 1000
+
+/*
+ * The context current at store_begin: results that must outlive SPI_finish
+ * are allocated there, and it is current again after store_commit.
+ */
+static MemoryContext caller_cxt = NULL;
+
+void
+store_begin(const char *activity)
+{
+	caller_cxt = CurrentMemoryContext;
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, activity);
+}
+
+void
+store_commit(void)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(caller_cxt);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	pgstat_report_stat(false);
+}
+
+static SPIPlanPtr
+prepare(const char *sql, int nargs, Oid *types)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
+
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql, SPI_result_code_string(SPI_result));
+	SPI_keepplan(plan);
+	return plan;
+}
+
+static void
+run(const char *sql, int nargs, Oid *types, Datum *values, int expected)
+{
+	int			rc = SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0);
+
+	if (rc != expected)
+		elog(ERROR, "SPI failed for \"%s\": %s", sql, SPI_result_code_string(rc));
+}
+
+/* Is the extension installed in this database? (The worker starts before it may be.) */
+bool
+store_schema_exists(void)
+{
+	run("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'seckill'",
+		0, NULL, NULL, SPI_OK_SELECT);
+	return SPI_processed > 0;
+}
+
+/* Inside a transaction: the next order id, taking a new block when needed. */
+int64
+store_next_order_id(void)
+{
+	if (next_id > last_id)
+	{
+		bool		isnull;
+
+		run("SELECT pg_catalog.nextval('seckill.order_ids')", 0, NULL, NULL, SPI_OK_SELECT);
+		next_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		last_id = next_id + ORDER_ID_BLOCK - 1;
+	}
+	return next_id++;
+}
+
+static Datum
+int8_array(const int64 *v, int n)
+{
+	Datum	   *d = palloc(sizeof(Datum) * n);
+
+	for (int i = 0; i < n; i++)
+		d[i] = Int64GetDatum(v[i]);
+	return PointerGetDatum(construct_array(d, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+/*
+ * Insert the orders of orders[0..n-1] whose campaign is still on sale, and
+ * count them in the campaigns' "sold".  Marks the inserted ones SK_OK.
+ */
+static void
+insert_orders(SkOrder *orders, int n)
+{
+	Oid			types[4] = {INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID};
+	Datum		values[4];
+	Datum	   *ids = palloc(sizeof(Datum) * n);
+	Datum	   *campaigns = palloc(sizeof(Datum) * n);
+	Datum	   *users = palloc(sizeof(Datum) * n);
+	Datum	   *qtys = palloc(sizeof(Datum) * n);
+	int			rc;
+
+	if (commit_plan == NULL)
+		commit_plan = prepare(
+							  "WITH req AS ("
+							  "  SELECT * FROM unnest($1, $2, $3, $4) AS r(id, campaign_id, user_id, qty)"
+							  "), counted AS ("
+							  "  UPDATE seckill.campaigns c SET sold = c.sold + s.qty"
+							  "  FROM (SELECT campaign_id, sum(qty)::int AS qty FROM req GROUP BY campaign_id) s"
+							  "  WHERE c.id = s.campaign_id AND c.state = 'preheated'"
+							  "  RETURNING c.id"
+							  ") "
+							  "INSERT INTO seckill.orders (id, campaign_id, user_id, qty) "
+							  "SELECT r.id, r.campaign_id, r.user_id, r.qty"
+							  "  FROM req r JOIN counted ON counted.id = r.campaign_id "
+							  "RETURNING id",
+							  4, types);
+
+	for (int i = 0; i < n; i++)
+	{
+		ids[i] = Int64GetDatum(orders[i].id);
+		campaigns[i] = Int64GetDatum(orders[i].campaign_id);
+		users[i] = CStringGetTextDatum(orders[i].user_id);
+		qtys[i] = Int32GetDatum(orders[i].qty);
+	}
+	values[0] = PointerGetDatum(construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[1] = PointerGetDatum(construct_array(campaigns, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[2] = PointerGetDatum(construct_array(users, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[3] = PointerGetDatum(construct_array(qtys, n, INT4OID, 4, true, TYPALIGN_INT));
+
+	rc = SPI_execute_plan(commit_plan, values, NULL, false, 0);
+	if (rc != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "committing orders failed: %s", SPI_result_code_string(rc));
+
+	/* orders[] is sorted by id: find each inserted one by binary search */
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		int64		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+		int			lo = 0,
+					hi = n - 1;
+
+		while (lo <= hi)
+		{
+			int			mid = (lo + hi) / 2;
+
+			if (orders[mid].id == id)
+			{
+				orders[mid].outcome = SK_OK;
+				break;
+			}
+			if (orders[mid].id < id)
+				lo = mid + 1;
+			else
+				hi = mid - 1;
+		}
+	}
+}
+
+/*
+ * Run insert_orders in a subtransaction.  Returns false, with the error's
+ * SQLSTATE and message, when it failed; the subtransaction is then rolled back.
+ */
+static bool
+try_insert_orders(SkOrder *orders, int n, int *sqlerrcode, char **message)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool ok = true;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		insert_orders(orders, n);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		*sqlerrcode = edata->sqlerrcode;
+		*message = edata->message;
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+static SeckillStatus
+status_for_error(int sqlerrcode)
+{
+	if (sqlerrcode == ERRCODE_UNIQUE_VIOLATION)
+		return SK_DUPLICATE;
+	if (sqlerrcode == ERRCODE_CHECK_VIOLATION)
+		return SK_SOLD_OUT;
+	return SK_BUSY;
+}
+
+/*
+ * Inside a transaction: commit what can be committed of orders[0..n-1]
+ * (sorted by id), and log the rest as compensations.  Each order's outcome
+ * says what its caller is to be told.
+ */
+void
+store_commit_orders(SkOrder *orders, int n)
+{
+	int			sqlerrcode;
+	char	   *message;
+
+	for (int i = 0; i < n; i++)
+	{
+		orders[i].outcome = SK_ENDED;
+		orders[i].reason = "campaign is no longer on sale in PostgreSQL";
+	}
+	if (!try_insert_orders(orders, n, &sqlerrcode, &message))
+	{
+		for (int i = 0; i < n; i++)
+		{
+			orders[i].outcome = SK_ENDED;
+			if (!try_insert_orders(&orders[i], 1, &sqlerrcode, &message))
+			{
+				orders[i].outcome = status_for_error(sqlerrcode);
+				orders[i].reason = message;
+			}
+		}
+	}
+	for (int i = 0; i < n; i++)
+		if (orders[i].outcome != SK_OK)
+			store_log_compensation(orders[i].id, orders[i].campaign_id,
+								   orders[i].user_id, orders[i].qty, orders[i].reason);
+}
+
+/* Inside a transaction: log a give-back, once per request id. */
+void
+store_log_compensation(int64 request_id, int64 campaign_id, const char *user_id,
+					   int qty, const char *reason)
+{
+	Oid			types[5] = {INT8OID, INT8OID, TEXTOID, INT4OID, TEXTOID};
+	Datum		values[5];
+	int			rc;
+
+	if (compensation_plan == NULL)
+		compensation_plan = prepare(
+									"INSERT INTO seckill.compensations (request_id, campaign_id, user_id, qty, reason) "
+									"VALUES ($1, $2, $3, $4, $5) ON CONFLICT (request_id) DO NOTHING",
+									5, types);
+	values[0] = Int64GetDatum(request_id);
+	values[1] = Int64GetDatum(campaign_id);
+	values[2] = CStringGetTextDatum(user_id);
+	values[3] = Int32GetDatum(qty);
+	values[4] = CStringGetTextDatum(reason);
+	rc = SPI_execute_plan(compensation_plan, values, NULL, false, 0);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "logging a compensation failed: %s", SPI_result_code_string(rc));
+}
+
+/* Inside a transaction: which of these order ids were committed? */
+bool *
+store_orders_exist(const int64 *ids, int n)
+{
+	Oid			types[1] = {INT8ARRAYOID};
+	Datum		values[1];
+	bool	   *exists = MemoryContextAllocZero(caller_cxt, sizeof(bool) * n);
+	int			rc;
+
+	if (exist_plan == NULL)
+		exist_plan = prepare("SELECT id FROM seckill.orders WHERE id = ANY ($1)", 1, types);
+	values[0] = int8_array(ids, n);
+	rc = SPI_execute_plan(exist_plan, values, NULL, true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "reading orders failed: %s", SPI_result_code_string(rc));
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		int64		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+
+		for (int i = 0; i < n; i++)
+			if (ids[i] == id)
+				exists[i] = true;
+	}
+	return exists;
+}
+
+static void
+row_from_tuple(HeapTuple tuple, TupleDesc desc, SkCampaignRow *row)
+{
+	bool		isnull;
+	char	   *goods = TextDatumGetCString(SPI_getbinval(tuple, desc, 2, &isnull));
+	char	   *state = TextDatumGetCString(SPI_getbinval(tuple, desc, 8, &isnull));
+
+	row->id = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
+	strlcpy(row->goods, goods, sizeof(row->goods));
+	row->total_stock = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
+	row->sold = DatumGetInt32(SPI_getbinval(tuple, desc, 4, &isnull));
+	row->per_user_limit = DatumGetInt32(SPI_getbinval(tuple, desc, 5, &isnull));
+	row->starts_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull));
+	row->ends_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 7, &isnull));
+	strlcpy(row->state, state, sizeof(row->state));
+}
+
+#define CAMPAIGN_COLUMNS \
+	"SELECT id, goods, total_stock, sold, per_user_limit, starts_at, ends_at, state " \
+	"FROM seckill.campaigns "
+
+/* Inside a transaction: the campaign as this transaction sees it. */
+bool
+store_campaign(int64 id, SkCampaignRow *row)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(id)};
+
+	run(CAMPAIGN_COLUMNS "WHERE id = $1", 1, types, values, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		return false;
+	row_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, row);
+	return true;
+}
+
+/* Inside a transaction: every campaign in this state, as SkCampaignRow *. */
+List *
+store_campaigns_in_state(const char *state)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(state)};
+	List	   *rows = NIL;
+	MemoryContext spi_cxt;
+
+	run(CAMPAIGN_COLUMNS "WHERE state = $1 ORDER BY id", 1, types, values, SPI_OK_SELECT);
+	spi_cxt = MemoryContextSwitchTo(caller_cxt);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		SkCampaignRow *row = palloc(sizeof(SkCampaignRow));
+
+		row_from_tuple(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, row);
+		rows = lappend(rows, row);
+	}
+	MemoryContextSwitchTo(spi_cxt);
+	return rows;
+}
+
+/* Inside a transaction: the users with an active order, as char *. */
+List *
+store_buyers(int64 campaign_id)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(campaign_id)};
+	List	   *users = NIL;
+	MemoryContext spi_cxt;
+
+	run("SELECT user_id FROM seckill.orders WHERE campaign_id = $1 AND status <> 'cancelled'",
+		1, types, values, SPI_OK_SELECT);
+	spi_cxt = MemoryContextSwitchTo(caller_cxt);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+
+		users = lappend(users, TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[r],
+																  SPI_tuptable->tupdesc, 1, &isnull)));
+	}
+	MemoryContextSwitchTo(spi_cxt);
+	return users;
+}
+
+void
+store_set_state(int64 campaign_id, const char *state)
+{
+	Oid			types[2] = {INT8OID, TEXTOID};
+	Datum		values[2] = {Int64GetDatum(campaign_id), CStringGetTextDatum(state)};
+
+	run("UPDATE seckill.campaigns SET state = $2, "
+		"closed_at = CASE WHEN $2 = 'closed' THEN now() END WHERE id = $1",
+		2, types, values, SPI_OK_UPDATE);
+}

@@ -1,0 +1,52 @@
+/*-------------------------------------------------------------------------
+ *
+ * store.h
+ *		The worker's side of PostgreSQL: transactions, the group commit of
+ *		orders, the compensation log, and campaign reads.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SECKILL_STORE_H
+#define SECKILL_STORE_H
+
+#include "seckill.h"
+
+#include "nodes/pg_list.h"
+
+/* A reservation Redis granted, on its way into seckill.orders. */
+typedef struct SkOrder
+{
+	int64		id;				/* order id, and the reservation's request id */
+	int64		campaign_id;
+	const char *user_id;
+	int32		qty;
+	SeckillStatus outcome;		/* SK_OK once committed, else what to answer */
+	char	   *reason;			/* why PostgreSQL refused it */
+} SkOrder;
+
+typedef struct SkCampaignRow
+{
+	int64		id;
+	char		goods[SECKILL_MAX_GOODS_LEN + 1];
+	int32		total_stock;
+	int32		sold;
+	int32		per_user_limit;
+	TimestampTz starts_at;
+	TimestampTz ends_at;
+	char		state[16];
+} SkCampaignRow;
+
+extern void store_begin(const char *activity);
+extern void store_commit(void);
+extern bool store_schema_exists(void);
+extern int64 store_next_order_id(void);
+extern void store_commit_orders(SkOrder *orders, int n);
+extern void store_log_compensation(int64 request_id, int64 campaign_id,
+								   const char *user_id, int qty, const char *reason);
+extern bool *store_orders_exist(const int64 *ids, int n);
+extern bool store_campaign(int64 id, SkCampaignRow *row);
+extern List *store_campaigns_in_state(const char *state);
+extern List *store_buyers(int64 campaign_id);
+extern void store_set_state(int64 campaign_id, const char *state);
+
+#endif							/* SECKILL_STORE_H */

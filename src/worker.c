@@ -1,0 +1,394 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *		The seckill background worker: drains the request queue in rounds.
+ *
+ * One round serves every pending request: all purchases go to Redis as one
+ * pipeline of EVALSHA calls, all accepted orders are committed in one
+ * transaction, then the callers are woken, and the journal entries of the
+ * committed orders (and the give-backs of refused ones) go to Redis as one
+ * more pipeline.  Admin requests follow, one at a time.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "seckill.h"
+
+#include "access/xact.h"
+#include "campaign_ops.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "redis.h"
+#include "shmem.h"
+#include "storage/ipc.h"
+#include "storage/proc.h"
+#include "store.h"
+#include "tcop/tcopprot.h"
+#include "utils/memutils.h"
+
+PGDLLEXPORT void seckill_worker_main(Datum main_arg);
+
+/* One request of a round. */
+typedef struct RoundItem
+{
+	int			slot;
+	uint64		seq;
+	SeckillRequest request;
+	SeckillReply reply;
+} RoundItem;
+
+static MemoryContext round_cxt = NULL;
+
+/* Set when Redis may hold reservations nobody has settled yet. */
+static bool needs_replay = true;
+
+static void
+worker_exit(int code, Datum arg)
+{
+	seckill_shared->worker_latch = NULL;
+	seckill_shared->worker_pid = 0;
+	seckill_fail_taken_slots("the seckill worker stopped while it held this request");
+}
+
+static void
+answer(RoundItem *item)
+{
+	seckill_slot_reply(item->slot, item->seq, &item->reply);
+}
+
+static void
+fail_all(RoundItem **items, int n, SeckillStatus status, const char *message)
+{
+	for (int i = 0; i < n; i++)
+	{
+		sk_reply_error(&items[i]->reply, status, "%s", message);
+		answer(items[i]);
+	}
+}
+
+static SeckillStatus
+status_from_script(const char *s)
+{
+	static const SeckillStatus statuses[] = {SK_OK, SK_SOLD_OUT, SK_DUPLICATE,
+	SK_NOT_STARTED, SK_ENDED, SK_BUSY};
+
+	for (int i = 0; i < lengthof(statuses); i++)
+		if (strcmp(s, seckill_status_name(statuses[i])) == 0)
+			return statuses[i];
+	return SK_ERR_REDIS;
+}
+
+/* Order ids for the purchases of this round, in one short transaction. */
+static void
+assign_order_ids(SkOrder *orders, int n)
+{
+	store_begin("seckill: order ids");
+	for (int i = 0; i < n; i++)
+		orders[i].id = store_next_order_id();
+	store_commit();
+}
+
+/*
+ * Journal entries to drop (committed) and reservations to give back
+ * (refused by PostgreSQL), in one pipeline.
+ */
+static void
+settle(SkOrder *orders, int n)
+{
+	SkPipeline	p;
+	SkReply    *replies;
+	int			ncomp = 0;
+
+	sk_pipeline_init(&p);
+	for (int i = 0; i < n; i++)
+	{
+		char	   *id = psprintf(INT64_FORMAT, orders[i].id);
+		const char *keys[3] = {
+			sk_campaign_key(orders[i].campaign_id, "meta"),
+			sk_campaign_key(orders[i].campaign_id, "buyers"),
+			sk_campaign_key(orders[i].campaign_id, "journal")
+		};
+
+		if (orders[i].outcome == SK_OK)
+		{
+			const char *argv[3] = {"HDEL", keys[2], id};
+
+			sk_pipeline_add(&p, 3, argv, NULL);
+		}
+		else
+		{
+			sk_pipeline_script(&p, SK_SCRIPT_COMPENSATE, 3, keys, 1, (const char **) &id);
+			ncomp++;
+		}
+	}
+	replies = sk_pipeline_exec(&p);
+	if (replies == NULL)
+	{
+		needs_replay = true;
+		return;
+	}
+	pg_atomic_fetch_add_u64(&seckill_shared->counters.compensations, ncomp);
+	for (int i = 0; i < n; i++)
+		if (orders[i].outcome != SK_OK &&
+			replies[i].type == REDIS_REPLY_ARRAY && replies[i].elements == 2)
+			sk_note_stock(orders[i].campaign_id, sk_reply_int(&replies[i].element[1]));
+}
+
+static void
+serve_purchases(RoundItem **items, int n)
+{
+	SkPipeline	p;
+	SkReply    *replies;
+	SkOrder    *orders = palloc0(sizeof(SkOrder) * n);
+	RoundItem **accepted_items = palloc(sizeof(RoundItem *) * n);
+	int			naccepted = 0;
+	int64	   *rebuild = palloc(sizeof(int64) * n);
+	int			nrebuild = 0;
+
+	if (!sk_redis_connect() || needs_replay)
+	{
+		fail_all(items, n, SK_ERR_REDIS, sk_redis_error());
+		return;
+	}
+	pg_atomic_fetch_add_u64(&seckill_shared->counters.purchases, n);
+	assign_order_ids(orders, n);
+
+	sk_pipeline_init(&p);
+	for (int i = 0; i < n; i++)
+	{
+		SeckillRequest *req = &items[i]->request;
+		char	   *args[3];
+		const char *keys[3] = {
+			sk_campaign_key(req->campaign_id, "meta"),
+			sk_campaign_key(req->campaign_id, "buyers"),
+			sk_campaign_key(req->campaign_id, "journal")
+		};
+
+		orders[i].campaign_id = req->campaign_id;
+		orders[i].user_id = req->user_id;
+		orders[i].qty = req->qty;
+		args[0] = req->user_id;
+		args[1] = psprintf("%d", req->qty);
+		args[2] = psprintf(INT64_FORMAT, orders[i].id);
+		sk_pipeline_script(&p, SK_SCRIPT_BUY, 3, keys, 3, (const char **) args);
+	}
+	replies = sk_pipeline_exec(&p);
+	if (replies == NULL)
+	{
+		/* Some reservations may have been made: the replay gives them back. */
+		needs_replay = true;
+		fail_all(items, n, SK_ERR_REDIS,
+				 psprintf("%s; no purchase of this request was made", sk_redis_error()));
+		return;
+	}
+
+	for (int i = 0; i < n; i++)
+	{
+		SkReply    *r = &replies[i];
+		SeckillReply *reply = &items[i]->reply;
+
+		if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+			r->element[0].str == NULL)
+		{
+			sk_reply_error(reply, SK_ERR_REDIS, "the purchase script failed in Redis: %s",
+						   r->str ? r->str : "unexpected reply");
+			answer(items[i]);
+			continue;
+		}
+		if (strcmp(r->element[0].str, "not_loaded") == 0)
+		{
+			/* Redis lost the campaign: rebuild it from PostgreSQL after this round. */
+			reply->status = SK_BUSY;
+			answer(items[i]);
+			rebuild[nrebuild++] = orders[i].campaign_id;
+			continue;
+		}
+		reply->status = status_from_script(r->element[0].str);
+		if (reply->status == SK_OK)
+		{
+			orders[naccepted] = orders[i];
+			accepted_items[naccepted++] = items[i];
+		}
+		else
+			answer(items[i]);
+		if (reply->status == SK_OK || reply->status == SK_SOLD_OUT)
+			sk_note_stock(orders[i].campaign_id, sk_reply_int(&r->element[1]));
+	}
+
+	if (naccepted > 0)
+	{
+		store_begin("seckill: commit orders");
+		store_commit_orders(orders, naccepted);
+		store_commit();
+		pg_atomic_fetch_add_u64(&seckill_shared->counters.commits, 1);
+		for (int i = 0; i < naccepted; i++)
+		{
+			accepted_items[i]->reply.status = orders[i].outcome;
+			if (orders[i].outcome == SK_OK)
+				accepted_items[i]->reply.order_id = orders[i].id;
+			answer(accepted_items[i]);
+		}
+		settle(orders, naccepted);
+	}
+
+	for (int i = 0; i < nrebuild; i++)
+	{
+		SeckillReply ignored;
+		bool		seen = false;
+
+		for (int j = 0; j < i; j++)
+			seen |= rebuild[j] == rebuild[i];
+		if (!seen)
+			sk_rebuild(rebuild[i], &ignored);
+	}
+}
+
+/* Admin work may raise errors (SPI, constraints): they become the reply. */
+static void
+serve_admin(RoundItem *item)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		sk_serve_admin(&item->request, &item->reply);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		MemoryContextSwitchTo(cxt);
+		sk_reply_error(&item->reply, SK_ERR_INVALID, "%s", edata->message);
+	}
+	PG_END_TRY();
+	answer(item);
+}
+
+static void
+serve_round(const int *slots, int n)
+{
+	RoundItem  *items = palloc0(sizeof(RoundItem) * n);
+	RoundItem **buys = palloc(sizeof(RoundItem *) * n);
+	int			nitems = 0,
+				nbuys = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		RoundItem  *item = &items[nitems];
+
+		if (!seckill_slot_take(slots[i], &item->request, &item->seq))
+			continue;
+		item->slot = slots[i];
+		nitems++;
+		if (item->request.kind == SK_REQ_BUY)
+			buys[nbuys++] = item;
+	}
+	pg_atomic_fetch_add_u64(&seckill_shared->counters.rounds, 1);
+	if (nbuys > 0)
+		serve_purchases(buys, nbuys);
+
+	/* Admin requests come after the round's purchases, which they may need settled. */
+	for (int i = 0; i < nitems; i++)
+	{
+		if (items[i].request.kind == SK_REQ_BUY)
+			continue;
+		if (items[i].request.kind == SK_REQ_BARRIER)
+		{
+			items[i].reply.status = SK_OK;
+			answer(&items[i]);
+			continue;
+		}
+		if (sk_redis_connect() && needs_replay)
+			needs_replay = !sk_replay_all();
+		if (!sk_redis_connected() || needs_replay)
+		{
+			sk_reply_error(&items[i].reply, SK_ERR_REDIS, "%s", sk_redis_error());
+			answer(&items[i]);
+			continue;
+		}
+		serve_admin(&items[i]);
+	}
+}
+
+/* Fill the campaign cache from PostgreSQL: what backends may answer alone. */
+static void
+load_campaign_cache(void)
+{
+	List	   *rows;
+	ListCell   *lc;
+
+	store_begin("seckill: load campaigns");
+	if (!store_schema_exists())
+	{
+		store_commit();
+		return;
+	}
+	rows = store_campaigns_in_state("preheated");
+	store_commit();
+	foreach(lc, rows)
+	{
+		SkCampaignRow *row = lfirst(lc);
+
+		seckill_campaign_store(row->id, row->goods, row->starts_at, row->ends_at,
+							   row->per_user_limit, row->sold >= row->total_stock);
+	}
+}
+
+void
+seckill_worker_main(Datum main_arg)
+{
+	int		   *slots;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(seckill_database, NULL, 0);
+
+	round_cxt = AllocSetContextCreate(TopMemoryContext, "seckill round", ALLOCSET_DEFAULT_SIZES);
+	slots = MemoryContextAlloc(TopMemoryContext, sizeof(int) * MaxBackends);
+
+	seckill_fail_taken_slots("the seckill worker restarted while it held this request");
+	before_shmem_exit(worker_exit, 0);
+	sk_redis_init();
+
+	MemoryContextSwitchTo(round_cxt);
+	load_campaign_cache();
+
+	seckill_shared->database_id = MyDatabaseId;
+	seckill_shared->worker_pid = MyProcPid;
+	seckill_shared->worker_latch = MyLatch;
+	ereport(LOG, (errmsg("seckill worker started for database \"%s\"", seckill_database)));
+
+	for (;;)
+	{
+		int			n;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			if (sk_redis_settings_changed())
+				sk_redis_disconnect("the Redis settings changed");
+		}
+		MemoryContextReset(round_cxt);
+		MemoryContextSwitchTo(round_cxt);
+
+		if (needs_replay && sk_redis_connect())
+			needs_replay = !sk_replay_all();
+
+		n = seckill_queue_drain(slots, Min(seckill_batch_size, MaxBackends));
+		if (n > 0)
+		{
+			serve_round(slots, n);
+			continue;
+		}
+		/* Idle: retry Redis now and then while something waits for it. */
+		sk_redis_wait_idle(needs_replay ? 1000 : -1);
+	}
+}

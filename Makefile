@@ -8,7 +8,8 @@ OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
 EXTENSION = seckill
 DATA = $(wildcard sql/seckill--*.sql)
 REGRESS = $(filter-out seckill--%,$(basename $(notdir $(wildcard sql/*.sql))))
-REGRESS_OPTS = --inputdir=. --dbname=seckill_regress
+# The worker serves one database (seckill.database, default postgres).
+REGRESS_OPTS = --inputdir=. --use-existing --dbname=postgres
 
 LUA = $(wildcard lua/*.lua)
 EXTRA_CLEAN = src/lua_scripts.h

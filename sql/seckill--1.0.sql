@@ -177,6 +177,15 @@ AS $$
 	ORDER BY c.id
 $$;
 
+-- Forgets every campaign cached in shared memory: a new installation of the
+-- extension must not inherit the campaigns of a dropped one.
+CREATE FUNCTION seckill.clear_campaign_cache()
+RETURNS void
+AS 'MODULE_PATHNAME', 'seckill_clear_campaign_cache'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+SELECT seckill.clear_campaign_cache();
+
 -- Admin functions are for the DBA; applications get seckill_buy and
 -- seckill_order through explicit GRANTs (see the README).
 REVOKE ALL ON FUNCTION @extschema@.seckill_campaign_create(text, int, timestamptz, timestamptz, int) FROM PUBLIC;
@@ -186,5 +195,6 @@ REVOKE ALL ON FUNCTION @extschema@.seckill_status(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_reconcile(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION seckill.redis_state(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION seckill.reconcile_campaign(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION seckill.clear_campaign_cache() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_buy(text, text, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_order(text, text) FROM PUBLIC;

@@ -17,6 +17,7 @@ PG_FUNCTION_INFO_V1(seckill_preheat);
 PG_FUNCTION_INFO_V1(seckill_close);
 PG_FUNCTION_INFO_V1(seckill_redis_state);
 PG_FUNCTION_INFO_V1(seckill_reconcile_campaign);
+PG_FUNCTION_INFO_V1(seckill_clear_campaign_cache);
 
 /* The id of the open campaign for goods; ERROR when there is none. */
 int64
@@ -102,4 +103,18 @@ seckill_reconcile_campaign(PG_FUNCTION_ARGS)
 	SeckillReply reply = seckill_call_checked(SK_REQ_RECONCILE, PG_GETARG_INT64(0), NULL, 0);
 
 	return values_row(fcinfo, reply.values, 7);
+}
+
+/* seckill.clear_campaign_cache(): run by CREATE EXTENSION */
+Datum
+seckill_clear_campaign_cache(PG_FUNCTION_ARGS)
+{
+	if (seckill_shared != NULL)
+	{
+		LWLockAcquire(seckill_shared->campaigns_lock, LW_EXCLUSIVE);
+		for (int i = 0; i < seckill_max_campaigns; i++)
+			seckill_campaigns[i].id = 0;
+		LWLockRelease(seckill_shared->campaigns_lock);
+	}
+	PG_RETURN_VOID();
 }

@@ -408,6 +408,10 @@ seckill_campaign_store(int64 id, const char *goods, TimestampTz starts_at,
 	SeckillCampaign *c;
 
 	LWLockAcquire(seckill_shared->campaigns_lock, LW_EXCLUSIVE);
+	/* one goods, one cached campaign: drop a stale entry of an earlier campaign */
+	for (int i = 0; i < seckill_max_campaigns; i++)
+		if (seckill_campaigns[i].id != id && strcmp(seckill_campaigns[i].goods, goods) == 0)
+			seckill_campaigns[i].id = 0;
 	c = seckill_campaign_find(id);
 	if (c == NULL)
 		c = seckill_campaign_find(0);

@@ -92,19 +92,31 @@ store_schema_exists(void)
 	return SPI_processed > 0;
 }
 
-/* Inside a transaction: the next order id, taking a new block when needed. */
-int64
-store_next_order_id(void)
+/*
+ * Order ids for n purchases.  The worker owns blocks of ORDER_ID_BLOCK ids
+ * (one nextval each), so most rounds need no transaction for this.
+ */
+void
+store_take_order_ids(int64 *ids, int n)
 {
-	if (next_id > last_id)
+	if (last_id - next_id + 1 < n)
 	{
-		bool		isnull;
+		store_begin("seckill: order ids");
+		while (last_id - next_id + 1 < n)
+		{
+			bool		isnull;
+			int64		start;
 
-		run("SELECT pg_catalog.nextval('seckill.order_ids')", 0, NULL, NULL, SPI_OK_SELECT);
-		next_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		last_id = next_id + ORDER_ID_BLOCK - 1;
+			run("SELECT pg_catalog.nextval('seckill.order_ids')", 0, NULL, NULL, SPI_OK_SELECT);
+			start = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+			if (start != last_id + 1)
+				next_id = start;
+			last_id = start + ORDER_ID_BLOCK - 1;
+		}
+		store_commit();
 	}
-	return next_id++;
+	for (int i = 0; i < n; i++)
+		ids[i] = next_id++;
 }
 
 static Datum

@@ -79,16 +79,6 @@ status_from_script(const char *s)
 	return SK_ERR_REDIS;
 }
 
-/* Order ids for the purchases of this round, in one short transaction. */
-static void
-assign_order_ids(SkOrder *orders, int n)
-{
-	store_begin("seckill: order ids");
-	for (int i = 0; i < n; i++)
-		orders[i].id = store_next_order_id();
-	store_commit();
-}
-
 /*
  * Journal entries to drop (committed) and reservations to give back
  * (refused by PostgreSQL), in one pipeline.
@@ -143,6 +133,7 @@ serve_purchases(RoundItem **items, int n)
 	SkOrder    *orders = palloc0(sizeof(SkOrder) * n);
 	RoundItem **accepted_items = palloc(sizeof(RoundItem *) * n);
 	int			naccepted = 0;
+	int64	   *ids;
 	int64	   *rebuild = palloc(sizeof(int64) * n);
 	int			nrebuild = 0;
 
@@ -152,7 +143,8 @@ serve_purchases(RoundItem **items, int n)
 		return;
 	}
 	pg_atomic_fetch_add_u64(&seckill_shared->counters.purchases, n);
-	assign_order_ids(orders, n);
+	ids = palloc(sizeof(int64) * n);
+	store_take_order_ids(ids, n);
 
 	sk_pipeline_init(&p);
 	for (int i = 0; i < n; i++)
@@ -165,6 +157,7 @@ serve_purchases(RoundItem **items, int n)
 			sk_campaign_key(req->campaign_id, "journal")
 		};
 
+		orders[i].id = ids[i];
 		orders[i].campaign_id = req->campaign_id;
 		orders[i].user_id = req->user_id;
 		orders[i].qty = req->qty;

@@ -1,0 +1,144 @@
+-- The SQL surface of seckill: every status, every argument check, privileges.
+-- Runs against a server with seckill preloaded and its worker connected to Redis.
+\set VERBOSITY default
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS seckill CASCADE;
+DROP ROLE IF EXISTS seckill_app;
+DROP ROLE IF EXISTS seckill_nobody;
+RESET client_min_messages;
+CREATE EXTENSION seckill;
+
+-- campaign_create checks its arguments
+SELECT seckill_campaign_create('', 10);
+SELECT seckill_campaign_create(NULL, 10);
+SELECT seckill_campaign_create(repeat('g', 65), 10);
+SELECT seckill_campaign_create('phone', -1);
+SELECT seckill_campaign_create('phone', 10, per_user_limit => 0);
+SELECT seckill_campaign_create('phone', 10, now(), now() - interval '1 hour');
+SELECT seckill_campaign_create('phone', 3) AS phone_id \gset
+SELECT seckill_campaign_create('phone', 5);
+SELECT count(*) FROM seckill.campaigns;
+
+-- seckill_buy checks its arguments before anything else
+SELECT * FROM seckill_buy(NULL, 'phone');
+SELECT * FROM seckill_buy('', 'phone');
+SELECT * FROM seckill_buy(repeat('u', 129), 'phone');
+SELECT * FROM seckill_buy('alice', NULL);
+SELECT * FROM seckill_buy('alice', '');
+SELECT * FROM seckill_buy('alice', repeat('g', 65));
+SELECT * FROM seckill_buy('alice', 'phone', 0);
+SELECT * FROM seckill_buy('alice', 'phone', NULL);
+SELECT * FROM seckill_buy('alice', 'phone', 2);
+
+-- statuses before the sale
+SELECT * FROM seckill_buy('alice', 'no-such-goods');
+SELECT * FROM seckill_buy('alice', 'phone');           -- draft: not preheated yet
+SELECT seckill_preheat('no-such-goods');
+SELECT seckill_preheat('phone');
+SELECT seckill_preheat('phone');                       -- idempotent
+SELECT state FROM seckill.campaigns WHERE id = :phone_id;
+
+-- the sale: three items, duplicates refused, then sold out
+SELECT status, order_id IS NOT NULL AS has_order FROM seckill_buy('alice', 'phone');
+SELECT status, order_id IS NOT NULL AS has_order FROM seckill_buy('alice', 'phone');
+SELECT status FROM seckill_buy('bob', 'phone');
+SELECT status FROM seckill_buy('carol', 'phone');
+SELECT status, order_id FROM seckill_buy('dave', 'phone');
+SELECT state, total_stock, sold, pg_stock, redis_stock, redis_buyers, in_flight, sold_out_cached
+FROM seckill_status('phone');
+SELECT user_id, qty, status FROM seckill.orders WHERE campaign_id = :phone_id ORDER BY id;
+
+-- the fate of an order, for a caller whose call failed
+SELECT status, qty FROM seckill_order('bob', 'phone');
+SELECT status, order_id, qty, created_at FROM seckill_order('dave', 'phone');
+SELECT status FROM seckill_order('dave', 'no-such-goods');
+SELECT * FROM seckill_order(NULL, 'phone');
+
+-- reconcile finds nothing to repair
+SELECT campaign_goods, redis_stock_before, expected_stock, buyers_before,
+	   buyers_expected, journal_committed, journal_compensated, repaired
+FROM seckill_reconcile('phone');
+
+-- closing stops the sale at once; the goods may get a new campaign
+SELECT seckill_close('phone');
+SELECT * FROM seckill_buy('erin', 'phone');
+SELECT seckill_close('phone');
+SELECT seckill_preheat('phone');
+SELECT state, total_stock, sold, redis_stock FROM seckill_status('phone');
+SELECT seckill_campaign_create('phone', 1) > :phone_id AS new_campaign;
+SELECT status FROM seckill_buy('alice', 'phone');
+SELECT seckill_preheat('phone');
+SELECT status FROM seckill_buy('alice', 'phone');
+SELECT status FROM seckill_buy('frank', 'phone');
+SELECT seckill_close('phone');
+
+-- any text is an id, exactly as given: braces, spaces, quotes, newlines, Unicode
+SELECT seckill_campaign_create(E'{c:1} gift\ncard ''"', 10) IS NOT NULL AS created;
+SELECT seckill_preheat(E'{c:1} gift\ncard ''"');
+SELECT u AS user_id, b.status
+FROM unnest(ARRAY['{c:1}', 'a b', E'line\nbreak', 'quote''"', '秒杀-用户', ':1:x', repeat('é', 64)]) AS u,
+	 LATERAL seckill_buy(u, E'{c:1} gift\ncard ''"') b;
+SELECT o.user_id = u AS exact, octet_length(o.user_id)
+FROM unnest(ARRAY['{c:1}', 'a b', E'line\nbreak', 'quote''"', '秒杀-用户', ':1:x', repeat('é', 64)]) AS u
+JOIN seckill.orders o ON o.user_id = u
+ORDER BY o.id;
+SELECT status FROM seckill_buy(repeat('é', 65), E'{c:1} gift\ncard ''"');
+
+-- per-user limit above one: one order of up to that quantity
+SELECT seckill_campaign_create('tickets', 5, per_user_limit => 2) IS NOT NULL AS created;
+SELECT seckill_preheat('tickets');
+SELECT status FROM seckill_buy('alice', 'tickets', 2);
+SELECT status FROM seckill_buy('alice', 'tickets', 1);
+SELECT status FROM seckill_buy('bob', 'tickets', 3);
+SELECT status FROM seckill_buy('bob', 'tickets', 2);
+SELECT status FROM seckill_buy('carol', 'tickets', 2);  -- one left: not enough
+SELECT status FROM seckill_buy('carol', 'tickets', 1);
+SELECT total_stock, sold, redis_stock, sold_out_cached FROM seckill_status('tickets');
+
+-- the sale window
+SELECT seckill_campaign_create('later', 5, now() + interval '1 hour') IS NOT NULL AS created;
+SELECT seckill_preheat('later');
+SELECT status FROM seckill_buy('alice', 'later');
+SELECT seckill_campaign_create('over', 5, now() - interval '2 hours', now() - interval '1 hour') IS NOT NULL AS created;
+SELECT seckill_preheat('over');
+SELECT status FROM seckill_buy('alice', 'over');
+
+-- the database holds the line even if Redis were wrong
+\set VERBOSITY terse
+UPDATE seckill.campaigns SET sold = total_stock + 1 WHERE goods = 'tickets';
+INSERT INTO seckill.orders (id, campaign_id, user_id, qty)
+SELECT 999999999, campaign_id, 'alice', 1 FROM seckill_status('tickets');
+\set VERBOSITY default
+
+-- the order commits in the worker's transaction, not the caller's
+SELECT seckill_campaign_create('rollback', 5) IS NOT NULL AS created;
+SELECT seckill_preheat('rollback');
+BEGIN;
+SELECT status FROM seckill_buy('alice', 'rollback');
+ROLLBACK;
+SELECT status, qty FROM seckill_order('alice', 'rollback');
+
+-- privileges: admin functions are not for PUBLIC; an app role gets what the README grants
+CREATE ROLE seckill_nobody;
+CREATE ROLE seckill_app;
+GRANT USAGE ON SCHEMA seckill TO seckill_app;
+GRANT SELECT ON seckill.campaigns, seckill.orders TO seckill_app;
+GRANT EXECUTE ON FUNCTION seckill_buy(text, text, int), seckill_order(text, text) TO seckill_app;
+SET ROLE seckill_nobody;
+SELECT * FROM seckill_buy('mallory', 'rollback');
+SELECT seckill_preheat('rollback');
+SELECT seckill_campaign_create('free', 1000);
+RESET ROLE;
+SET ROLE seckill_app;
+SELECT status FROM seckill_buy('app-user', 'rollback');
+SELECT status FROM seckill_order('app-user', 'rollback');
+SELECT seckill_close('rollback');
+SELECT * FROM seckill_reconcile();
+SELECT * FROM seckill_status('rollback');
+RESET ROLE;
+
+-- clean up
+SELECT count(*) AS closed FROM seckill.campaigns c, LATERAL seckill_close(c.goods) WHERE c.state <> 'closed';
+DROP EXTENSION seckill;
+DROP ROLE seckill_app;
+DROP ROLE seckill_nobody;

@@ -40,7 +40,7 @@ static int	conn_port = 0;
 static char *conn_user = NULL;
 static char *conn_password_file = NULL;
 
-/* Reconnect backoff: 100 ms doubling up to 5 s, reset on success. */
+/* Reconnect backoff: 100 ms doubling up to 1 s, reset on success. */
 static TimestampTz next_attempt = 0;
 static int	backoff_ms = 0;
 
@@ -471,7 +471,11 @@ remember_settings(void)
 static void
 attempt_failed(void)
 {
-	backoff_ms = backoff_ms == 0 ? 100 : Min(backoff_ms * 2, 5000);
+	if (backoff_ms == 0)
+		ereport(LOG,
+				(errmsg("seckill worker cannot reach Redis: %s", last_error),
+				 errhint("Purchases fail with an error until it is back; the worker retries every second.")));
+	backoff_ms = backoff_ms == 0 ? 100 : Min(backoff_ms * 2, 1000);
 	next_attempt = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backoff_ms);
 }
 

@@ -366,6 +366,7 @@ seckill_worker_main(Datum main_arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			ereport(LOG, (errmsg("seckill worker reloaded its configuration")));
 			if (sk_redis_settings_changed())
 				sk_redis_disconnect("the Redis settings changed");
 		}

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Bounded waits: with Redis stalled (SIGSTOP), every call returns within its
+# timeout with a clear error; callers cancelled, timed out or terminated while
+# they wait leave neither their slot nor the worker in a bad state.
+set -uo pipefail
+# shellcheck source=test/t/tap.sh
+. "$(dirname "$0")/tap.sh"
+
+goods=stall-$(date +%s)-$$
+work=$(mktemp -d)
+redis_pid=$(cat "$SECKILL_TMP/redis.pid")
+trap 'kill -CONT "$redis_pid" 2>/dev/null; rm -rf "$work"' EXIT
+
+psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
+psql -Xq -v ON_ERROR_STOP=1 -f "$SECKILL_ROOT/test/helpers.sql"
+is "$(psql_val "SELECT seckill_campaign_create('$goods', 1000) > 0")" t "campaign created" || done_testing
+is "$(psql_val "SELECT seckill_preheat('$goods')")" 1000 "preheated" || done_testing
+is "$(psql_val "SELECT status FROM seckill_buy('before', '$goods')")" ok "a purchase before the stall"
+
+now_ms() { date +%s%3N; }
+
+# 1. One caller, Redis stalled: a clear error within seckill.redis_timeout (1 s).
+kill -STOP "$redis_pid"
+start=$(now_ms)
+err=$(psql -XAtq -c "SELECT * FROM seckill_buy('stalled-1', '$goods')" 2>&1)
+elapsed=$(($(now_ms) - start))
+ok "[[ \"\$err\" == *'could not reach Redis'* ]]" "stalled Redis: a clear error ($err)"
+ok "[ $elapsed -lt 3000 ]" "stalled Redis: the error came in $elapsed ms"
+
+# 2. A crowd against the stalled Redis: every call returns, none past the bound.
+cat >"$work/crowd.sql" <<SQL
+\set u random(1, 100000)
+SELECT try_buy('crowd-' || :u, '$goods');
+SQL
+pgbench -n -c 32 -j 2 -T 4 -f "$work/crowd.sql" --log --log-prefix="$work/txn" >"$work/crowd.out" 2>&1
+ok "[ $? -eq 0 ]" "stalled Redis: pgbench ran"
+max_ms=$(cat "$work"/txn.* | awk '$3 > m { m = $3 } END { printf "%d", m / 1000 }')
+calls=$(cat "$work"/txn.* | wc -l)
+ok "[ $calls -gt 0 ] && [ $max_ms -lt 6000 ]" \
+	"stalled Redis: $calls calls, the slowest took $max_ms ms (request timeout 5000 ms)"
+is "$(psql_val "SELECT count(*) FROM stampede_answers WHERE status NOT IN ('error', 'busy')")" 0 \
+	"stalled Redis: no call claimed an outcome"
+
+# For the next steps the worker waits on a stalled Redis for 5 s.
+kill -CONT "$redis_pid"
+seckill_wait_for "[ \"\$(psql_val \"SELECT status FROM seckill_buy('reconnected', '$goods')\" 2>/dev/null)\" = ok ]" 10
+ok "[ $? -eq 0 ]" "Redis back: purchases resume"
+psql -XAtq -c "ALTER SYSTEM SET seckill.redis_timeout = '5s'" -c "SELECT pg_reload_conf()" >/dev/null
+seckill_wait_for "grep -q 'seckill worker reloaded its configuration' '$SECKILL_TMP/postgresql.log'" 10
+ok "[ $? -eq 0 ]" "seckill.redis_timeout = 5s reloaded"
+kill -STOP "$redis_pid"
+
+# 3. A caller cancelled while it waits, then Redis comes back: the same
+#    session buys again (its abandoned slot was recycled), and the fate of
+#    the cancelled purchase is known.
+out=$(psql -XAtq 2>&1 <<SQL
+SET statement_timeout = 300;
+SELECT status FROM seckill_buy('cancelled-1', '$goods');
+\! kill -CONT $redis_pid
+RESET statement_timeout;
+SELECT status FROM seckill_buy('after-cancel', '$goods');
+SELECT status FROM seckill_order('cancelled-1', '$goods');
+SQL
+)
+ok "[[ \"\$out\" == *'canceling statement due to statement timeout'* ]]" \
+	"a waiting caller can be cancelled"
+ok "[[ \"\$out\" == *\$'\nok\n'* ]]" "the same session buys after its cancelled call"
+ok "[[ \"\$out\" == *none || \"\$out\" == *reserved ]]" "the cancelled purchase's fate is known: ${out##*$'\n'}"
+
+# 4. A caller terminated while it waits: the worker carries on.
+kill -STOP "$redis_pid"
+psql -XAtq -c "SELECT * FROM seckill_buy('terminated-1', '$goods')" >/dev/null 2>&1 &
+waiter=$!
+seckill_wait_for "[ \"\$(psql_val \"SELECT count(*) FROM pg_stat_activity
+	WHERE wait_event_type = 'Extension' AND query LIKE '%terminated-1%'\")\" = 1 ]" 10
+ok "[ $? -eq 0 ]" "a caller waits on the stalled worker"
+is "$(psql_val "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	WHERE wait_event_type = 'Extension' AND query LIKE '%terminated-1%'")" t "it is terminated"
+wait "$waiter"
+kill -CONT "$redis_pid"
+seckill_wait_for "[ \"\$(psql_val \"SELECT status FROM seckill_buy('after-terminate', '$goods')\" 2>/dev/null)\" = ok ]" 10
+ok "[ $? -eq 0 ]" "the worker serves purchases after the terminated caller"
+
+psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_timeout" -c "SELECT pg_reload_conf()" >/dev/null
+
+# Nothing was lost or double counted on the way.
+psql_val "SELECT * FROM seckill_reconcile('$goods')" >/dev/null
+is "$(psql_val "SELECT (SELECT count(*) FROM seckill.orders o WHERE o.campaign_id = c.id) = c.sold
+	AND s.redis_stock = s.pg_stock AND s.in_flight = 0
+	FROM seckill.campaigns c, seckill_status('$goods') s WHERE c.goods = '$goods'")" t \
+	"after reconcile: orders = sold, Redis stock = total - sold, journal empty"
+done_testing

@@ -9,7 +9,7 @@ EXTENSION = seckill
 DATA = $(wildcard sql/seckill--*.sql)
 REGRESS = $(filter-out seckill--%,$(basename $(notdir $(wildcard sql/*.sql))))
 # The worker serves one database (seckill.database, default postgres).
-REGRESS_OPTS = --inputdir=. --use-existing --dbname=postgres
+REGRESS_OPTS = --inputdir=. --use-existing
 
 LUA = $(wildcard lua/*.lua)
 EXTRA_CLEAN = src/lua_scripts.h
@@ -21,6 +21,9 @@ SHLIB_LINK = -lhiredis
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# after PGXS, which sets it too
+CONTRIB_TESTDB = postgres
 
 src/lua_scripts.h: $(LUA) lua/embed.sh
 	sh lua/embed.sh $(LUA) > $@

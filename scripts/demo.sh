@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The flash sale, as root: bash scripts/demo.sh
+# 100 items, 5,000 eager buyers on 200 connections for 10 seconds; then what
+# happened: answers, orders, oversell, double purchases, throughput and latency.
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+stock=100
+users=5000
+clients=200
+seconds=${SECKILL_DEMO_SECONDS:-10}
+goods=demo-phone-$(date +%s)
+
+seckill_install_deps
+seckill_build_install
+seckill_start_servers
+
+psql -Xq -v ON_ERROR_STOP=1 -c 'CREATE EXTENSION seckill' \
+	-f "$SECKILL_ROOT/test/helpers.sql"
+psql -XAtq -v ON_ERROR_STOP=1 -c "SELECT seckill_campaign_create('$goods', $stock)" \
+	-c "SELECT seckill_preheat('$goods')" >/dev/null
+
+cat >"$SECKILL_TMP/buy.sql" <<SQL
+\set u random(1, $users)
+SELECT try_buy('user-' || :u, '$goods');
+SQL
+echo "Selling $stock x $goods to $users users on $clients connections for ${seconds}s..."
+figures=$(seckill_pgbench "$SECKILL_TMP/bench" $clients "$seconds" "$SECKILL_TMP/buy.sql") ||
+	{ cat "$SECKILL_TMP/bench/pgbench.out" >&2; exit 1; }
+read -r tps avg p50 p99 <<<"$figures"
+
+echo
+psql -XAtq -v ON_ERROR_STOP=1 <<SQL
+SELECT format('%-22s %s', 'attempts', count(*)) FROM stampede_answers;
+SELECT format('  %-20s %s', status, count(*)) FROM stampede_answers GROUP BY status ORDER BY status;
+WITH o AS (
+	SELECT o.* FROM seckill.orders o JOIN seckill.campaigns c ON c.id = o.campaign_id
+	WHERE c.goods = '$goods' AND o.status IN ('reserved', 'paid'))
+SELECT format('%-22s %s', 'orders in PostgreSQL', count(*))
+	|| format(E'\n%-22s %s', 'oversold', greatest(coalesce(sum(qty), 0) - $stock, 0))
+	|| format(E'\n%-22s %s', 'double purchases', count(*) - count(DISTINCT user_id))
+FROM o;
+SQL
+printf '%-22s %s\n' 'throughput' "$tps calls/s" 'latency average' "$avg ms" \
+	'latency p50' "$p50 ms" 'latency p99' "$p99 ms"
+echo
+psql -X -x -v ON_ERROR_STOP=1 -c "SELECT * FROM seckill_status('$goods')"

@@ -1,0 +1,245 @@
+# shellcheck shell=bash
+# Helpers for the test and demo scripts: dependencies, build, and a pair of
+# throwaway servers (PostgreSQL with seckill preloaded, and Redis) that live
+# in a temporary directory and are removed on exit.
+#
+# Source it; it does nothing by itself.  Tests started by scripts/test.sh
+# source it too: every helper below works from the exported environment.
+
+SECKILL_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SECKILL_PG_BIN=/usr/lib/postgresql/15/bin
+SECKILL_PG_CONFIG=$SECKILL_PG_BIN/pg_config
+SECKILL_PACKAGES=(
+	postgresql-15 postgresql-server-dev-15 libhiredis-dev
+	redis-server redis-tools
+	postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
+	postgresql-15-cron gnuplot-nox
+)
+PATH=$SECKILL_PG_BIN:$PATH
+export PATH
+
+seckill_die() {
+	echo "seckill: $*" >&2
+	return 1
+}
+
+seckill_install_deps() {
+	local pkg missing=() log
+	for pkg in "${SECKILL_PACKAGES[@]}"; do
+		if [ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null)" != installed ]; then
+			missing+=("$pkg")
+		fi
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+
+	# We run our own servers on other ports: keep the packages from creating
+	# the 15/main cluster and from starting any service while installing.
+	local cluster_conf=/etc/postgresql-common/createcluster.d/seckill-no-main.conf
+	local policy=/usr/sbin/policy-rc.d own_policy=
+	mkdir -p "$(dirname "$cluster_conf")"
+	echo 'create_main_cluster = off' >"$cluster_conf"
+	if [ ! -e "$policy" ]; then
+		printf '#!/bin/sh\nexit 101\n' >"$policy"
+		chmod 755 "$policy"
+		own_policy=1
+	fi
+
+	log=$(mktemp)
+	local rc=0
+	{
+		apt-get update -q &&
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+				--no-install-recommends "${missing[@]}"
+	} >"$log" 2>&1 || rc=$?
+	rm -f "$cluster_conf"
+	rmdir --ignore-fail-on-non-empty "$(dirname "$cluster_conf")"
+	[ -n "$own_policy" ] && rm -f "$policy"
+	if [ $rc -ne 0 ]; then
+		cat "$log" >&2
+		rm -f "$log"
+		seckill_die "could not install: ${missing[*]}"
+		return 1
+	fi
+	rm -f "$log"
+}
+
+seckill_build_install() {
+	make -C "$SECKILL_ROOT" -j"$(nproc)" PG_CONFIG="$SECKILL_PG_CONFIG" ||
+		{ seckill_die "build failed"; return 1; }
+	make -C "$SECKILL_ROOT" install PG_CONFIG="$SECKILL_PG_CONFIG" ||
+		{ seckill_die "make install failed"; return 1; }
+}
+
+# Runs a command as postgres, from a directory postgres can read.
+seckill_as_postgres() {
+	(cd "$SECKILL_TMP" && runuser -u postgres -- "$@")
+}
+
+seckill_redis_cli() {
+	redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" "$@"
+}
+
+# seckill_wait_for 'shell condition' timeout_seconds (may be fractional)
+seckill_wait_for() {
+	local cond=$1 timeout=$2 deadline
+	deadline=$(($(date +%s%3N) + $(awk -v t="$timeout" 'BEGIN { printf "%d", t * 1000 }')))
+	until eval "$cond"; do
+		if [ "$(date +%s%3N)" -ge "$deadline" ]; then
+			seckill_die "timed out after ${timeout}s waiting for: $cond"
+			return 1
+		fi
+		sleep 0.1
+	done
+}
+
+seckill_pg_ready() {
+	pg_isready -q -h 127.0.0.1 -p "$PGPORT"
+}
+
+seckill_redis_ready() {
+	[ "$(seckill_redis_cli ping 2>/dev/null)" = PONG ]
+}
+
+seckill_redis_start() {
+	seckill_as_postgres redis-server --bind 127.0.0.1 --port "$SECKILL_REDIS_PORT" \
+		--save '' --appendonly no --enable-debug-command local \
+		--daemonize yes --dir "$SECKILL_TMP" \
+		--pidfile "$SECKILL_TMP/redis.pid" --logfile "$SECKILL_TMP/redis.log" ||
+		{ seckill_die "redis-server did not start"; return 1; }
+	seckill_wait_for seckill_redis_ready 10
+}
+
+seckill_redis_stop() {
+	local pid
+	pid=$(cat "$SECKILL_TMP/redis.pid" 2>/dev/null) || return 0
+	seckill_redis_cli shutdown nosave >/dev/null 2>&1 || true
+	seckill_wait_for "! kill -0 $pid 2>/dev/null" 10 || kill -9 "$pid" 2>/dev/null || true
+	rm -f "$SECKILL_TMP/redis.pid"
+}
+
+seckill_redis_restart_empty() {
+	seckill_redis_stop && seckill_redis_start
+}
+
+seckill_pg_ctl() {
+	seckill_as_postgres pg_ctl -D "$SECKILL_PGDATA" -l "$SECKILL_TMP/postgresql.log" "$@"
+}
+
+seckill_pg_restart() {
+	seckill_pg_ctl -w -m fast restart >/dev/null ||
+		{ seckill_die "PostgreSQL did not restart"; return 1; }
+	seckill_wait_for seckill_pg_ready 30
+}
+
+seckill_worker_pid() {
+	psql -XAtq -v ON_ERROR_STOP=1 \
+		-c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'seckill worker'"
+}
+
+# seckill_start_servers [extra postgresql.conf lines...]
+# shellcheck disable=SC2120 # the extra lines are optional
+seckill_start_servers() {
+	export PGHOST=127.0.0.1 PGUSER=postgres PGDATABASE=postgres
+	export PGPORT=${SECKILL_PG_PORT:-54329}
+	export SECKILL_REDIS_PORT=${SECKILL_REDIS_PORT:-6390}
+	SECKILL_TMP=$(mktemp -d /tmp/seckill.XXXXXX) || return 1
+	export SECKILL_TMP SECKILL_PGDATA=$SECKILL_TMP/pgdata
+	chown postgres: "$SECKILL_TMP"
+	chmod 755 "$SECKILL_TMP"
+	trap seckill_on_exit EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+
+	# Never talk to someone else's servers by mistake.
+	if seckill_pg_ready || seckill_redis_ready; then
+		seckill_die "port $PGPORT or $SECKILL_REDIS_PORT is already in use" \
+			"(set SECKILL_PG_PORT / SECKILL_REDIS_PORT)"
+		return 1
+	fi
+
+	seckill_redis_start || return 1
+
+	seckill_as_postgres initdb -D "$SECKILL_PGDATA" -U postgres --auth=trust \
+		-E UTF8 --locale=C.UTF-8 --no-sync >"$SECKILL_TMP/initdb.log" 2>&1 ||
+		{ cat "$SECKILL_TMP/initdb.log" >&2; seckill_die "initdb failed"; return 1; }
+	{
+		echo "listen_addresses = '127.0.0.1'"
+		echo "port = $PGPORT"
+		echo "unix_socket_directories = '$SECKILL_TMP'"
+		echo "shared_preload_libraries = 'seckill'"
+		echo "seckill.redis_host = '127.0.0.1'"
+		echo "seckill.redis_port = $SECKILL_REDIS_PORT"
+		echo "max_connections = 300"
+		echo "shared_buffers = 256MB"
+		echo "logging_collector = off"
+		echo "log_min_messages = info"
+		local line
+		for line in "$@"; do
+			echo "$line"
+		done
+	} >>"$SECKILL_PGDATA/postgresql.conf"
+
+	seckill_pg_ctl -w start >/dev/null ||
+		{ seckill_die "PostgreSQL did not start"; return 1; }
+	seckill_wait_for seckill_pg_ready 30
+}
+
+seckill_stop_servers() {
+	[ -n "${SECKILL_TMP:-}" ] || return 0
+	if [ -f "$SECKILL_PGDATA/postmaster.pid" ]; then
+		seckill_pg_ctl -w -m fast stop >/dev/null 2>&1 ||
+			seckill_pg_ctl -w -m immediate stop >/dev/null 2>&1 || true
+	fi
+	seckill_redis_stop
+}
+
+# seckill_print_logs lines
+seckill_print_logs() {
+	local f
+	for f in "$SECKILL_TMP/postgresql.log" "$SECKILL_TMP/redis.log"; do
+		[ -s "$f" ] || continue
+		echo "----- last lines of $f -----"
+		tail -n "$1" "$f"
+	done
+}
+
+# Set SECKILL_LOGS_ON_FAILURE=0 when the failure was already reported with
+# the logs (the TAP tests print them themselves).
+seckill_on_exit() {
+	local rc=$?
+	trap - EXIT
+	if [ $rc -ne 0 ] && [ "${SECKILL_LOGS_ON_FAILURE:-1}" = 1 ]; then
+		seckill_print_logs 40 >&2
+	fi
+	seckill_stop_servers
+	if [ "${SECKILL_KEEP:-0}" = 1 ]; then
+		echo "seckill: kept $SECKILL_TMP (servers stopped)" >&2
+	else
+		rm -rf "$SECKILL_TMP"
+	fi
+	exit $rc
+}
+
+# seckill_pgbench dir clients seconds script: runs pgbench with the script,
+# keeping its output and per-transaction log in dir, and prints
+# "calls/s latency-average p50 p99" (ms).  Returns pgbench's status.
+seckill_pgbench() {
+	local dir=$1 clients=$2 seconds=$3 script=$4 rc=0 tps avg pct
+	mkdir -p "$dir"
+	pgbench -n -M prepared -c "$clients" -j 2 -T "$seconds" -f "$script" \
+		--log --log-prefix="$dir/txn" >"$dir/pgbench.out" 2>&1 || rc=$?
+	tps=$(sed -nE 's/^tps = ([0-9]+)\..*/\1/p' "$dir/pgbench.out")
+	avg=$(sed -nE 's/^latency average = ([0-9.]+) ms$/\1/p' "$dir/pgbench.out")
+	# The third field of each log line is the latency in microseconds (or
+	# "failed" for a transaction that failed).
+	pct=$(cat "$dir"/txn.* 2>/dev/null | awk '$3 ~ /^[0-9]+$/ { print $3 }' | sort -n | awk '
+		{ v[NR] = $1 }
+		END {
+			if (NR == 0) exit
+			i50 = int(NR * 0.50); if (i50 < NR * 0.50) i50++
+			i99 = int(NR * 0.99); if (i99 < NR * 0.99) i99++
+			printf "%.3f %.3f", v[i50] / 1000, v[i99] / 1000
+		}')
+	echo "${tps:-?} ${avg:-?} ${pct:-? ?}"
+	return $rc
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The test suite, as root: bash scripts/test.sh [test files...]
+# Installs what is missing, builds and installs seckill, starts throwaway
+# PostgreSQL and Redis servers (ports from SECKILL_PG_PORT, SECKILL_REDIS_PORT)
+# and runs test/t/*.t (bash, TAP) and test/pgtap/*.pg (pgTAP) with prove.
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+seckill_install_deps
+seckill_build_install
+seckill_start_servers
+
+cd "$SECKILL_ROOT"
+if [ $# -eq 0 ]; then
+	shopt -s nullglob
+	set -- test/t/*.t test/pgtap/*.pg
+fi
+
+# Failing tests print the servers' log tails themselves: prove's summary
+# stays the last thing printed.
+SECKILL_LOGS_ON_FAILURE=0
+prove --source pgTAP \
+	--pgtap-option dbname=postgres --pgtap-option host=127.0.0.1 \
+	--pgtap-option port="$PGPORT" --pgtap-option username=postgres \
+	--source Perl --ext .t --ext .pg "$@"

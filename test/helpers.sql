@@ -1,0 +1,22 @@
+-- Shared by the stampede test and the demo: try_buy() keeps every answer of
+-- seckill_buy(), errors included, so that the run can be checked afterwards.
+-- Recreated on each run.
+SET client_min_messages = warning;
+
+DROP TABLE IF EXISTS stampede_answers;
+CREATE TABLE stampede_answers (
+	user_id text,
+	status text,
+	order_id bigint,
+	err text
+);
+
+CREATE OR REPLACE FUNCTION try_buy(u text, g text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO stampede_answers
+	SELECT u, b.status, b.order_id, NULL FROM seckill_buy(u, g) b;
+EXCEPTION WHEN OTHERS THEN
+	INSERT INTO stampede_answers VALUES (u, 'error', NULL, SQLSTATE || ' ' || SQLERRM);
+END
+$$;

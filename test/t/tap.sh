@@ -1,0 +1,78 @@
+# shellcheck shell=bash
+# A small TAP producer for the bash tests under test/t, which run against the
+# servers started by scripts/test.sh (the environment says where they are).
+# Source it; then plan N (or done_testing at the end), ok, is, diag.
+
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
+
+TAP_COUNT=0
+TAP_FAILED=0
+TAP_PLANNED=
+
+plan() {
+	TAP_PLANNED=$1
+	echo "1..$1"
+}
+
+# diag message...: to stderr, as Test::More does, so prove shows it.
+diag() {
+	printf '%s\n' "$@" | sed 's/^/# /' >&2
+}
+
+# note message...: to stdout, shown by prove -v only.
+note() {
+	printf '%s\n' "$@" | sed 's/^/# /'
+}
+
+tap_result() {
+	local passed=$1 desc=${2//#/\\#}
+	TAP_COUNT=$((TAP_COUNT + 1))
+	if [ "$passed" = 1 ]; then
+		echo "ok $TAP_COUNT - $desc"
+	else
+		echo "not ok $TAP_COUNT - $desc"
+		TAP_FAILED=$((TAP_FAILED + 1))
+	fi
+}
+
+# ok 'shell condition' description
+ok() {
+	if eval "$1"; then
+		tap_result 1 "$2"
+	else
+		tap_result 0 "$2"
+		diag "  failed: $1"
+		return 1
+	fi
+}
+
+# is got expected description
+is() {
+	if [ "$1" = "$2" ]; then
+		tap_result 1 "$3"
+	else
+		tap_result 0 "$3"
+		diag "       got: '$1'" "  expected: '$2'"
+		return 1
+	fi
+}
+
+psql_val() {
+	psql -XAtq -v ON_ERROR_STOP=1 -c "$1"
+}
+
+# Ends the test: prints the plan if none was given and exits with the number
+# of failures, after the servers' last log lines when something failed.
+done_testing() {
+	[ -n "$TAP_PLANNED" ] || echo "1..$TAP_COUNT"
+	if [ "$TAP_FAILED" -gt 0 ]; then
+		diag "$(seckill_print_logs 30)"
+	fi
+	exit $((TAP_FAILED > 254 ? 254 : TAP_FAILED))
+}
+
+if [ -z "${SECKILL_TMP:-}" ] || ! seckill_pg_ready; then
+	echo "Bail out! no seckill test servers here: run bash scripts/test.sh"
+	exit 255
+fi

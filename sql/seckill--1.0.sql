@@ -177,14 +177,15 @@ AS $$
 	ORDER BY c.id
 $$;
 
--- Forgets every campaign cached in shared memory: a new installation of the
--- extension must not inherit the campaigns of a dropped one.
-CREATE FUNCTION seckill.clear_campaign_cache()
+-- A new installation of the extension must not inherit the state a dropped
+-- one left in shared memory: its cached campaigns, and the block of order ids
+-- the worker took from its sequence.
+CREATE FUNCTION seckill.reset_shared_state()
 RETURNS void
-AS 'MODULE_PATHNAME', 'seckill_clear_campaign_cache'
+AS 'MODULE_PATHNAME', 'seckill_reset_shared_state'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-SELECT seckill.clear_campaign_cache();
+SELECT seckill.reset_shared_state();
 
 -- Admin functions are for the DBA; applications get seckill_buy and
 -- seckill_order through explicit GRANTs (see the README).
@@ -195,6 +196,6 @@ REVOKE ALL ON FUNCTION @extschema@.seckill_status(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_reconcile(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION seckill.redis_state(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION seckill.reconcile_campaign(bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION seckill.clear_campaign_cache() FROM PUBLIC;
+REVOKE ALL ON FUNCTION seckill.reset_shared_state() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_buy(text, text, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_order(text, text) FROM PUBLIC;

@@ -137,8 +137,17 @@ SELECT * FROM seckill_reconcile();
 SELECT * FROM seckill_status('rollback');
 RESET ROLE;
 
--- clean up
+-- a new installation starts afresh: no cached campaign, order ids from its own sequence
 SELECT count(*) AS closed FROM seckill.campaigns c, LATERAL seckill_close(c.goods) WHERE c.state <> 'closed';
+DROP EXTENSION seckill;
+CREATE EXTENSION seckill;
+SELECT * FROM seckill_buy('alice', 'tickets');
+SELECT seckill_campaign_create('tickets', 1);
+SELECT seckill_preheat('tickets');
+SELECT * FROM seckill_buy('alice', 'tickets');
+
+-- clean up
+SELECT seckill_close('tickets');
 DROP EXTENSION seckill;
 DROP ROLE seckill_app;
 DROP ROLE seckill_nobody;

@@ -17,7 +17,7 @@ PG_FUNCTION_INFO_V1(seckill_preheat);
 PG_FUNCTION_INFO_V1(seckill_close);
 PG_FUNCTION_INFO_V1(seckill_redis_state);
 PG_FUNCTION_INFO_V1(seckill_reconcile_campaign);
-PG_FUNCTION_INFO_V1(seckill_clear_campaign_cache);
+PG_FUNCTION_INFO_V1(seckill_reset_shared_state);
 
 /* The id of the open campaign for goods; ERROR when there is none. */
 int64
@@ -105,9 +105,13 @@ seckill_reconcile_campaign(PG_FUNCTION_ARGS)
 	return values_row(fcinfo, reply.values, 7);
 }
 
-/* seckill.clear_campaign_cache(): run by CREATE EXTENSION */
+/*
+ * seckill.reset_shared_state(): run by CREATE EXTENSION.  Empties the
+ * campaign cache and tells the worker to drop its block of order ids, which
+ * came from the sequence of a dropped installation.
+ */
 Datum
-seckill_clear_campaign_cache(PG_FUNCTION_ARGS)
+seckill_reset_shared_state(PG_FUNCTION_ARGS)
 {
 	if (seckill_shared != NULL)
 	{
@@ -115,6 +119,7 @@ seckill_clear_campaign_cache(PG_FUNCTION_ARGS)
 		for (int i = 0; i < seckill_max_campaigns; i++)
 			seckill_campaigns[i].id = 0;
 		LWLockRelease(seckill_shared->campaigns_lock);
+		pg_atomic_fetch_add_u32(&seckill_shared->install_generation, 1);
 	}
 	PG_RETURN_VOID();
 }

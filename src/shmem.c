@@ -69,6 +69,7 @@ seckill_shmem_startup(void)
 		memset(seckill_shared, 0, seckill_shmem_size());
 		seckill_shared->queue_lock = &locks[0].lock;
 		seckill_shared->campaigns_lock = &locks[1].lock;
+		pg_atomic_init_u32(&seckill_shared->install_generation, 0);
 		pg_atomic_init_u64(&seckill_shared->counters.rounds, 0);
 		pg_atomic_init_u64(&seckill_shared->counters.purchases, 0);
 		pg_atomic_init_u64(&seckill_shared->counters.redis_round_trips, 0);

@@ -99,6 +99,7 @@ typedef struct SeckillShared
 	Latch	   *worker_latch;	/* NULL while no worker serves requests */
 	pid_t		worker_pid;
 	Oid			database_id;	/* the database the worker serves */
+	pg_atomic_uint32 install_generation;	/* bumped by each CREATE EXTENSION */
 	uint32		queue_head;		/* next entry to take */
 	uint32		queue_len;		/* entries queued */
 	SeckillCounters counters;

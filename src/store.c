@@ -14,6 +14,7 @@
 #include "store.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "pgstat.h"
@@ -92,6 +93,14 @@ store_schema_exists(void)
 	return SPI_processed > 0;
 }
 
+/* Forget the block of order ids: its sequence was dropped. */
+void
+store_forget_order_ids(void)
+{
+	next_id = 0;
+	last_id = -1;
+}
+
 /*
  * Order ids for n purchases.  The worker owns blocks of ORDER_ID_BLOCK ids
  * (one nextval each), so most rounds need no transaction for this.
@@ -113,6 +122,13 @@ store_take_order_ids(int64 *ids, int n)
 				next_id = start;
 			last_id = start + ORDER_ID_BLOCK - 1;
 		}
+
+		/*
+		 * nextval() alone assigns no xid, so its commit does not flush WAL:
+		 * after a crash the sequence could hand the same block out again,
+		 * while reservations in Redis' journal still carry its ids.
+		 */
+		XLogFlush(GetXLogInsertRecPtr());
 		store_commit();
 	}
 	for (int i = 0; i < n; i++)

@@ -43,6 +43,9 @@ static MemoryContext round_cxt = NULL;
 /* Set when Redis may hold reservations nobody has settled yet. */
 static bool needs_replay = true;
 
+/* The install_generation our order ids belong to. */
+static uint32 seen_generation = 0;
+
 static void
 worker_exit(int code, Datum arg)
 {
@@ -143,6 +146,11 @@ serve_purchases(RoundItem **items, int n)
 		return;
 	}
 	pg_atomic_fetch_add_u64(&seckill_shared->counters.purchases, n);
+	if (pg_atomic_read_u32(&seckill_shared->install_generation) != seen_generation)
+	{
+		seen_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
+		store_forget_order_ids();
+	}
 	ids = palloc(sizeof(int64) * n);
 	store_take_order_ids(ids, n);
 
@@ -350,6 +358,7 @@ seckill_worker_main(Datum main_arg)
 	sk_redis_init();
 
 	MemoryContextSwitchTo(round_cxt);
+	seen_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
 	load_campaign_cache();
 
 	seckill_shared->database_id = MyDatabaseId;

@@ -1,6 +1,7 @@
 -- Give a reservation back: the stock, and the buyer's place.
 --   KEYS[1] meta hash, KEYS[2] buyers set, KEYS[3] journal hash
---   ARGV[1] request id
+--   ARGV[1] request id, ARGV[2] 'keep' when the user stays a buyer (PostgreSQL
+--   refused the order because the user already has one)
 -- Idempotent: only a reservation still in the journal is given back, and the
 -- journal entry goes with it.  Returns {1 if given back else 0, stock}.
 local entry = redis.call('HGET', KEYS[3], ARGV[1])
@@ -14,6 +15,8 @@ local user = string.sub(entry, sep + 1)
 if stock then
 	stock = redis.call('HINCRBY', KEYS[1], 'stock', qty)
 end
-redis.call('SREM', KEYS[2], user)
+if ARGV[2] ~= 'keep' then
+	redis.call('SREM', KEYS[2], user)
+end
 redis.call('HDEL', KEYS[3], ARGV[1])
 return {1, stock or -1}

@@ -161,7 +161,11 @@ replay_campaign(int64 id, int *committed, int *compensated)
 			ncommitted++;
 		}
 		else
-			sk_pipeline_script(&p, SK_SCRIPT_COMPENSATE, 3, keys, 1, (const char **) &reqid);
+		{
+			const char *args[2] = {reqid, "drop"};
+
+			sk_pipeline_script(&p, SK_SCRIPT_COMPENSATE, 3, keys, 2, args);
+		}
 	}
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)

@@ -111,7 +111,9 @@ settle(SkOrder *orders, int n)
 		}
 		else
 		{
-			sk_pipeline_script(&p, SK_SCRIPT_COMPENSATE, 3, keys, 1, (const char **) &id);
+			const char *args[2] = {id, orders[i].outcome == SK_DUPLICATE ? "keep" : "drop"};
+
+			sk_pipeline_script(&p, SK_SCRIPT_COMPENSATE, 3, keys, 2, args);
 			ncomp++;
 		}
 	}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# When Redis is wrong (it forgot a buyer, it counts stock that is not there),
+# PostgreSQL's constraints refuse what Redis granted: the refused purchases get
+# their honest status, their reservations are given back and logged, the
+# purchases in the same rounds still commit, and reconcile repairs Redis.
+set -uo pipefail
+# shellcheck source=test/t/tap.sh
+. "$(dirname "$0")/tap.sh"
+
+goods=wrong-$(date +%s)-$$
+psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
+psql -Xq -v ON_ERROR_STOP=1 -f "$SECKILL_ROOT/test/helpers.sql"
+is "$(psql_val "SELECT seckill_campaign_create('$goods', 10) > 0")" t "campaign of 10 created" || done_testing
+is "$(psql_val "SELECT seckill_preheat('$goods')")" 10 "preheated" || done_testing
+cid=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$goods'")
+meta="seckill:{c:$cid}:meta"
+buyers="seckill:{c:$cid}:buyers"
+
+# buy_all user...: all at once, each on its own connection
+buy_all() {
+	local u pids=()
+	for u in "$@"; do
+		psql_val "SELECT try_buy('$u', '$goods')" >/dev/null &
+		pids+=($!)
+	done
+	wait "${pids[@]}"
+}
+answer() {
+	psql_val "SELECT string_agg(status, ',' ORDER BY status) FROM stampede_answers WHERE user_id = '$1'"
+}
+
+# 1. Redis forgets that alice bought.
+buy_all alice
+is "$(answer alice)" ok "alice buys"
+is "$(seckill_redis_cli SREM "$buyers" alice)" 1 "Redis forgets alice"
+buy_all alice u1 u2 u3 u4 u5
+is "$(answer alice)" duplicate,ok "alice's second purchase is refused by the unique index: duplicate"
+is "$(psql_val "SELECT count(*) FROM stampede_answers WHERE user_id ~ '^u[1-5]$' AND status = 'ok'")" 5 \
+	"the five other buyers of those rounds got their orders"
+is "$(psql_val "SELECT count(*) FROM seckill.compensations WHERE campaign_id = $cid AND user_id = 'alice'
+	AND reason LIKE '%orders_one_active_per_user%'")" 1 "alice's refused reservation is logged"
+is "$(seckill_redis_cli HGET "$meta" stock)" 4 "its stock went back to Redis (10 - 6)"
+is "$(seckill_redis_cli SISMEMBER "$buyers" alice)" 1 "alice is a buyer in Redis again"
+
+# 2. Redis counts 3 items that are not there.
+seckill_redis_cli HINCRBY "$meta" stock 3 >/dev/null
+buy_all v1 v2 v3 v4 v5 v6 v7
+is "$(psql_val "SELECT count(*) FROM stampede_answers WHERE user_id ~ '^v' AND status = 'ok'")" 4 \
+	"4 of 7 buyers get the 4 real items"
+is "$(psql_val "SELECT count(*) FROM stampede_answers WHERE user_id ~ '^v' AND status = 'sold_out'")" 3 \
+	"3 are refused by CHECK (sold <= total_stock): sold_out"
+is "$(psql_val "SELECT count(*) FROM seckill.compensations WHERE campaign_id = $cid
+	AND reason LIKE '%campaigns_sold_within_stock%'")" 3 "their reservations are logged"
+is "$(psql_val "SELECT count(*) || '/' || sum(qty) FROM seckill.orders WHERE campaign_id = $cid")" 10/10 \
+	"10 orders for 10 items: no oversell"
+
+# 3. reconcile puts Redis right
+is "$(psql_val "SELECT redis_stock_before || ' ' || expected_stock || ' ' || repaired
+	FROM seckill_reconcile('$goods')")" "3 0 true" "reconcile finds 3 phantom items and repairs"
+is "$(psql_val "SELECT redis_stock || ' ' || redis_buyers || ' ' || sold_out_cached FROM seckill_status('$goods')")" \
+	"0 10 true" "Redis: 0 left, 10 buyers; backends know it is sold out"
+is "$(psql_val "SELECT repaired FROM seckill_reconcile('$goods')")" f "a second reconcile finds nothing"
+done_testing

@@ -107,14 +107,23 @@ sk_redis_disconnect(const char *why)
 	rebuild_wait_set();
 }
 
-bool
-sk_redis_settings_changed(void)
+/*
+ * After a configuration reload: reconnect when the Redis settings changed,
+ * and retry at once when disconnected, since the new settings may be the fix.
+ */
+void
+sk_redis_reload(void)
 {
-	return conn != NULL &&
-		(strcmp(conn_host, seckill_redis_host) != 0 ||
-		 conn_port != seckill_redis_port ||
-		 strcmp(conn_user, seckill_redis_user) != 0 ||
-		 strcmp(conn_password_file, seckill_redis_password_file) != 0);
+	if (conn == NULL)
+	{
+		next_attempt = 0;
+		backoff_ms = 0;
+	}
+	else if (strcmp(conn_host, seckill_redis_host) != 0 ||
+			 conn_port != seckill_redis_port ||
+			 strcmp(conn_user, seckill_redis_user) != 0 ||
+			 strcmp(conn_password_file, seckill_redis_password_file) != 0)
+		sk_redis_disconnect("the Redis settings changed");
 }
 
 /*

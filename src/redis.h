@@ -51,7 +51,7 @@ extern void sk_redis_init(void);
 extern bool sk_redis_connect(void);
 extern bool sk_redis_connected(void);
 extern void sk_redis_disconnect(const char *why);
-extern bool sk_redis_settings_changed(void);
+extern void sk_redis_reload(void);
 extern const char *sk_redis_error(void);
 extern void sk_redis_wait_idle(long timeout_ms);
 

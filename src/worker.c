@@ -378,8 +378,7 @@ seckill_worker_main(Datum main_arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			ereport(LOG, (errmsg("seckill worker reloaded its configuration")));
-			if (sk_redis_settings_changed())
-				sk_redis_disconnect("the Redis settings changed");
+			sk_redis_reload();
 		}
 		MemoryContextReset(round_cxt);
 		MemoryContextSwitchTo(round_cxt);

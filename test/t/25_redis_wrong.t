@@ -29,9 +29,13 @@ answer() {
 	psql_val "SELECT string_agg(status, ',' ORDER BY status) FROM stampede_answers WHERE user_id = '$1'"
 }
 
+# 0. Redis forgets the scripts: they are loaded again and the purchase goes through.
+is "$(seckill_redis_cli SCRIPT FLUSH)" OK "Redis forgets its scripts"
 # 1. Redis forgets that alice bought.
 buy_all alice
 is "$(answer alice)" ok "alice buys"
+ok "grep -q 'seckill worker reloads its Lua scripts' '$SECKILL_TMP/postgresql.log'" \
+	"the worker reloaded the scripts after NOSCRIPT"
 is "$(seckill_redis_cli SREM "$buyers" alice)" 1 "Redis forgets alice"
 buy_all alice u1 u2 u3 u4 u5
 is "$(answer alice)" duplicate,ok "alice's second purchase is refused by the unique index: duplicate"

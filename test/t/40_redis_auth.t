@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The worker as a Redis ACL user limited to seckill's keys and commands, its
+# password in a 0600 file: purchases work, and the secret shows in no log
+# line, no setting a non-superuser can read, no error message.
+set -uo pipefail
+# shellcheck source=test/t/tap.sh
+. "$(dirname "$0")/tap.sh"
+
+goods=auth-$(date +%s)-$$
+secret="S3cret-$RANDOM-$RANDOM"
+wrong="Wr0ng-$RANDOM-$RANDOM"
+log=$SECKILL_TMP/postgresql.log
+trap 'psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_user" -c "ALTER SYSTEM RESET seckill.redis_password_file" \
+	-c "SELECT pg_reload_conf()" >/dev/null 2>&1; seckill_redis_cli ACL DELUSER seckill >/dev/null 2>&1' EXIT
+
+# the ACL the README documents
+is "$(seckill_redis_cli ACL SETUSER seckill on ">$secret" resetkeys '~seckill:*' resetchannels -@all \
+	+evalsha +script\|load +hget +hgetall +hdel +hset +hmget +hexists +hincrby +hlen +scard \
+	+sadd +srem +sismember +set +get +del +exists +rename +expire +time)" OK "Redis ACL user seckill created"
+
+password_file() { # name content mode
+	printf '%s\n' "$2" >"$SECKILL_TMP/$1"
+	chown postgres "$SECKILL_TMP/$1"
+	chmod "$3" "$SECKILL_TMP/$1"
+}
+reloads=0
+use_settings() { # user file
+	psql -XAtq -c "ALTER SYSTEM SET seckill.redis_user = '$1'" \
+		-c "ALTER SYSTEM SET seckill.redis_password_file = '$SECKILL_TMP/$2'" \
+		-c "SELECT pg_reload_conf()" >/dev/null
+	reloads=$((reloads + 1))
+	seckill_wait_for "[ \$(grep -c 'seckill worker reloaded its configuration' '$log') -ge \$((reloads + base_reloads)) ]" 10
+}
+base_reloads=$(grep -c 'seckill worker reloaded its configuration' "$log")
+
+password_file good.pass "$secret" 600
+use_settings seckill good.pass
+ok "[ $? -eq 0 ]" "settings reloaded"
+psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
+is "$(psql_val "SELECT seckill_campaign_create('$goods', 5) > 0")" t "campaign created"
+is "$(psql_val "SELECT seckill_preheat('$goods')")" 5 "preheat works as the ACL user"
+is "$(psql_val "SELECT status FROM seckill_buy('alice', '$goods')")" ok "a purchase works as the ACL user"
+is "$(psql_val "SELECT status FROM seckill_buy('alice', '$goods')")" duplicate "and a duplicate"
+ok "seckill_redis_cli CLIENT LIST | grep -q 'user=seckill'" "the worker is connected as user seckill"
+is "$(psql_val "SELECT repaired FROM seckill_reconcile('$goods')")" f "reconcile works as the ACL user"
+
+# a wrong password: a clear error that names neither password
+password_file wrong.pass "$wrong" 600
+use_settings seckill wrong.pass
+err=$(psql_val "SELECT status FROM seckill_buy('bob', '$goods')" 2>&1)
+ok "[[ \"\$err\" == *'refused the credentials'* ]]" "a wrong password gives a clear error: ${err//$'\n'/ }"
+ok "[[ \"\$err\" != *\"\$wrong\"* && \"\$err\" != *\"\$secret\"* ]]" "the error names no password"
+
+# a password file others can read is refused
+password_file open.pass "$secret" 644
+use_settings seckill open.pass
+err=$(psql_val "SELECT status FROM seckill_buy('bob', '$goods')" 2>&1)
+ok "[[ \"\$err\" == *'chmod 600'* ]]" "a world-readable password file is refused"
+
+# back to the good file: purchases resume
+use_settings seckill good.pass
+seckill_wait_for "[ \"\$(psql_val \"SELECT status FROM seckill_buy('bob', '$goods')\" 2>/dev/null)\" = ok ]" 10
+ok "[ $? -eq 0 ]" "purchases resume with the right password"
+
+# the secret is nowhere to be read
+ok "! grep -q -e '$secret' -e '$wrong' '$log'" "the server log holds neither password"
+is "$(psql_val "SELECT count(*) FROM pg_settings WHERE setting LIKE '%$secret%'")" 0 "no setting holds the password"
+psql -XAtq -c "DROP ROLE IF EXISTS seckill_reader" -c "CREATE ROLE seckill_reader" >/dev/null
+err=$(psql -XAtq -c "SET ROLE seckill_reader" -c "SHOW seckill.redis_password_file" 2>&1)
+ok "[[ \"\$err\" == *'permission denied'* || \"\$err\" == *'must be superuser'* ]]" \
+	"a non-superuser cannot read the password file's name: ${err//$'\n'/ }"
+psql -XAtq -c "DROP ROLE seckill_reader" >/dev/null
+psql_val "SELECT seckill_close('$goods')" >/dev/null
+done_testing

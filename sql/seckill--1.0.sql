@@ -145,9 +145,14 @@ BEGIN
 	total_stock := c.total_stock; sold := c.sold; pg_stock := c.total_stock - c.sold;
 	starts_at := c.starts_at; ends_at := c.ends_at;
 	IF c.state = 'preheated' THEN
-		SELECT r.redis_stock, r.redis_buyers, r.in_flight, r.sold_out_cached
-		INTO redis_stock, redis_buyers, in_flight, sold_out_cached
-		FROM seckill.redis_state(c.id) r;
+		BEGIN
+			SELECT r.redis_stock, r.redis_buyers, r.in_flight, r.sold_out_cached
+			INTO redis_stock, redis_buyers, in_flight, sold_out_cached
+			FROM seckill.redis_state(c.id) r;
+		EXCEPTION WHEN connection_failure OR object_not_in_prerequisite_state THEN
+			-- PostgreSQL's side is still worth showing when Redis or the worker is down
+			RAISE WARNING '%', SQLERRM;
+		END;
 	END IF;
 	RETURN NEXT;
 END

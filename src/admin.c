@@ -11,6 +11,7 @@
 
 #include "access/htup_details.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(seckill_preheat);
@@ -113,7 +114,9 @@ seckill_reconcile_campaign(PG_FUNCTION_ARGS)
 Datum
 seckill_reset_shared_state(PG_FUNCTION_ARGS)
 {
-	if (seckill_shared != NULL)
+	/* an installation in a database the worker does not serve changes nothing */
+	if (seckill_shared != NULL &&
+		(!OidIsValid(seckill_shared->database_id) || MyDatabaseId == seckill_shared->database_id))
 	{
 		LWLockAcquire(seckill_shared->campaigns_lock, LW_EXCLUSIVE);
 		for (int i = 0; i < seckill_max_campaigns; i++)

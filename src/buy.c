@@ -200,11 +200,7 @@ seckill_buy(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("qty must be at least 1")));
-	if (seckill_shared == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("seckill is not loaded"),
-				 errhint("Add seckill to shared_preload_libraries in postgresql.conf and restart the server.")));
+	seckill_check_database();
 
 	if (seckill_campaign_lookup(goods, &cached))
 	{

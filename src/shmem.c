@@ -125,24 +125,34 @@ backend_exit(int code, Datum arg)
 	slot_abandon(slot, seq);
 }
 
-static void
-check_worker_ready(void)
+/*
+ * Is seckill usable from this backend?  The database check needs the worker
+ * to have started once (it records the database it serves).
+ */
+void
+seckill_check_database(void)
 {
 	if (seckill_shared == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("seckill is not loaded"),
 				 errhint("Add seckill to shared_preload_libraries in postgresql.conf and restart the server.")));
+	if (OidIsValid(seckill_shared->database_id) && MyDatabaseId != seckill_shared->database_id)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("seckill serves database \"%s\" only", seckill_database),
+				 errhint("Connect to that database, or set seckill.database and restart the server.")));
+}
+
+static void
+check_worker_ready(void)
+{
+	seckill_check_database();
 	if (seckill_shared->worker_latch == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the seckill worker is not running"),
 				 errhint("The postmaster restarts it within a second; if this persists, look for \"seckill worker\" in the server log.")));
-	if (MyDatabaseId != seckill_shared->database_id)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("seckill serves database \"%s\" only", seckill_database),
-				 errhint("Connect to that database, or set seckill.database and restart the server.")));
 }
 
 /* Milliseconds left until the deadline; 0 when past it. */

@@ -113,6 +113,7 @@ extern SeckillSlot *seckill_slots;
 extern void seckill_shmem_init(void);
 
 /* backends */
+extern void seckill_check_database(void);
 extern SeckillReply seckill_call(const SeckillRequest *request);
 extern bool seckill_campaign_lookup(const char *goods, SeckillCampaign *out);
 

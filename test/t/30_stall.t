@@ -26,6 +26,9 @@ err=$(psql -XAtq -c "SELECT * FROM seckill_buy('stalled-1', '$goods')" 2>&1)
 elapsed=$(($(now_ms) - start))
 ok "[[ \"\$err\" == *'could not reach Redis'* ]]" "stalled Redis: a clear error ($err)"
 ok "[ $elapsed -lt 3000 ]" "stalled Redis: the error came in $elapsed ms"
+out=$(psql -XAt -c "SELECT state, pg_stock, redis_stock IS NULL FROM seckill_status('$goods')" 2>&1)
+ok "[[ \"\$out\" == *'WARNING:'*'could not reach Redis'* && \"\$out\" == *'preheated|999|t'* ]]" \
+	"stalled Redis: seckill_status still shows PostgreSQL's side, with a warning"
 
 # 2. A crowd against the stalled Redis: every call returns, none past the bound.
 cat >"$work/crowd.sql" <<SQL

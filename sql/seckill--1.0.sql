@@ -158,6 +158,12 @@ BEGIN
 END
 $$;
 
+-- The worker's totals since the server started: why the figures are what they are.
+CREATE FUNCTION seckill.worker_counters(OUT rounds bigint, OUT purchases bigint,
+	OUT redis_round_trips bigint, OUT commits bigint, OUT compensations bigint)
+AS 'MODULE_PATHNAME', 'seckill_worker_counters'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+
 -- Compares one campaign in Redis with PostgreSQL under the campaign's lock,
 -- settles its journal and rebuilds it from PostgreSQL when they differ.
 CREATE FUNCTION seckill.reconcile_campaign(campaign_id bigint,
@@ -202,5 +208,6 @@ REVOKE ALL ON FUNCTION @extschema@.seckill_reconcile(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION seckill.redis_state(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION seckill.reconcile_campaign(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION seckill.reset_shared_state() FROM PUBLIC;
+REVOKE ALL ON FUNCTION seckill.worker_counters() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_buy(text, text, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_order(text, text) FROM PUBLIC;

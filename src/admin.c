@@ -19,6 +19,7 @@ PG_FUNCTION_INFO_V1(seckill_close);
 PG_FUNCTION_INFO_V1(seckill_redis_state);
 PG_FUNCTION_INFO_V1(seckill_reconcile_campaign);
 PG_FUNCTION_INFO_V1(seckill_reset_shared_state);
+PG_FUNCTION_INFO_V1(seckill_worker_counters);
 
 /* The id of the open campaign for goods; ERROR when there is none. */
 int64
@@ -125,4 +126,24 @@ seckill_reset_shared_state(PG_FUNCTION_ARGS)
 		pg_atomic_fetch_add_u32(&seckill_shared->install_generation, 1);
 	}
 	PG_RETURN_VOID();
+}
+
+/*
+ * seckill.worker_counters() RETURNS (rounds, purchases, redis_round_trips,
+ * commits, compensations): the worker's totals since the server started.
+ */
+Datum
+seckill_worker_counters(PG_FUNCTION_ARGS)
+{
+	SeckillCounters *c;
+	int64		v[5];
+
+	seckill_check_database();
+	c = &seckill_shared->counters;
+	v[0] = pg_atomic_read_u64(&c->rounds);
+	v[1] = pg_atomic_read_u64(&c->purchases);
+	v[2] = pg_atomic_read_u64(&c->redis_round_trips);
+	v[3] = pg_atomic_read_u64(&c->commits);
+	v[4] = pg_atomic_read_u64(&c->compensations);
+	return values_row(fcinfo, v, 5);
 }

@@ -97,4 +97,29 @@ measure "seckill_buy after sell-out" 256 "$secs" after
 
 is "$(psql_val "SELECT count(*) FROM seckill.orders o WHERE $active")" $stock \
 	"still exactly $stock orders"
+
+# While stock lasts: every call is a real purchase, committed durably.
+big=$goods-big
+psql_val "SELECT seckill_campaign_create('$big', 100000000)" >/dev/null
+is "$(psql_val "SELECT seckill_preheat('$big')")" 100000000 "a campaign that cannot sell out"
+cat >"$work/buy.sql" <<SQL
+\set u random(1, 1000000000)
+SELECT status FROM seckill_buy('buyer-' || :u, '$big');
+SQL
+counters() {
+	psql_val "SELECT rounds || ' ' || purchases || ' ' || redis_round_trips || ' ' || commits
+		FROM seckill.worker_counters()"
+}
+read -r r0 p0 t0 c0 <<<"$(counters)"
+measure "seckill_buy while stock lasts" 32 "$secs" buy
+measure "seckill_buy while stock lasts" 256 "$secs" buy
+read -r r1 p1 t1 c1 <<<"$(counters)"
+diag "worker: $((p1 - p0)) purchases in $((r1 - r0)) rounds ($(((p1 - p0) / (r1 - r0 + 1))) a round);" \
+	"per 1,000 purchases $(((t1 - t0) * 1000 / (p1 - p0 + 1))) Redis round trips, $(((c1 - c0) * 1000 / (p1 - p0 + 1))) commits"
+ok "[ $((p1 - p0)) -gt 0 ]" "the worker counted the purchases" 
+is "$(psql_val "SELECT c.sold = (SELECT count(*) FROM seckill.orders o WHERE o.campaign_id = c.id)
+	AND c.sold + s.redis_stock = c.total_stock
+	FROM seckill.campaigns c, seckill_status('$big') s WHERE c.goods = '$big'")" t \
+	"every purchase is an order, and Redis' stock + sold = total"
+psql_val "SELECT seckill_close('$big')" >/dev/null
 done_testing

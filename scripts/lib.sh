@@ -63,11 +63,18 @@ seckill_install_deps() {
 	rm -f "$log"
 }
 
+# Quiet unless something fails: then the whole build output is shown.
 seckill_build_install() {
-	make -C "$SECKILL_ROOT" -j"$(nproc)" PG_CONFIG="$SECKILL_PG_CONFIG" ||
-		{ seckill_die "build failed"; return 1; }
-	make -C "$SECKILL_ROOT" install PG_CONFIG="$SECKILL_PG_CONFIG" ||
-		{ seckill_die "make install failed"; return 1; }
+	local log
+	log=$(mktemp)
+	if ! { make -C "$SECKILL_ROOT" -j"$(nproc)" PG_CONFIG="$SECKILL_PG_CONFIG" &&
+		make -C "$SECKILL_ROOT" install PG_CONFIG="$SECKILL_PG_CONFIG"; } >"$log" 2>&1; then
+		cat "$log" >&2
+		rm -f "$log"
+		seckill_die "build or install failed"
+		return 1
+	fi
+	rm -f "$log"
 }
 
 # Runs a command as postgres, from a directory postgres can read.

@@ -156,6 +156,8 @@ seckill_start_servers() {
 	trap seckill_on_exit EXIT
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
+	trap 'exit 129' HUP
+	trap 'exit 141' PIPE
 
 	# Never talk to someone else's servers by mistake.
 	if seckill_pg_ready || seckill_redis_ready; then
@@ -215,6 +217,9 @@ seckill_print_logs() {
 seckill_on_exit() {
 	local rc=$?
 	trap - EXIT
+	# Output may go to a reader that is gone (| head): the cleanup must go on.
+	trap '' PIPE
+	set +e
 	if [ $rc -ne 0 ] && [ "${SECKILL_LOGS_ON_FAILURE:-1}" = 1 ]; then
 		seckill_print_logs 40 >&2
 	fi

@@ -145,14 +145,12 @@ seckill_check_database(void)
 }
 
 static void
-check_worker_ready(void)
+worker_not_running(void)
 {
-	seckill_check_database();
-	if (seckill_shared->worker_latch == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("the seckill worker is not running"),
-				 errhint("The postmaster restarts it within a second; if this persists, look for \"seckill worker\" in the server log.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("the seckill worker is not running"),
+			 errhint("The postmaster restarts it within a second; if this persists, look for \"seckill worker\" in the server log.")));
 }
 
 /* Milliseconds left until the deadline; 0 when past it. */
@@ -167,6 +165,8 @@ ms_until(TimestampTz deadline)
 static void
 request_timed_out(const SeckillRequest *request)
 {
+	if (seckill_shared->worker_latch == NULL)
+		worker_not_running();
 	ereport(ERROR,
 			(errcode(ERRCODE_QUERY_CANCELED),
 			 errmsg("seckill request timed out after %d ms", seckill_request_timeout),
@@ -178,7 +178,8 @@ request_timed_out(const SeckillRequest *request)
 /*
  * Hand a request to the worker and wait for its reply, at most
  * seckill.request_timeout.  Cancel-safe: on any error the slot is abandoned
- * and the worker finishes or drops the request on its own.
+ * and the worker finishes or drops the request on its own.  A request made
+ * while the worker restarts waits in the queue for the new worker.
  */
 SeckillReply
 seckill_call(const SeckillRequest *request)
@@ -189,7 +190,9 @@ seckill_call(const SeckillRequest *request)
 	SeckillReply reply;
 	Latch	   *worker_latch;
 
-	check_worker_ready();
+	seckill_check_database();
+	if (!OidIsValid(seckill_shared->database_id))
+		worker_not_running();	/* it never started: nothing to wait for */
 	if (!exit_callback_registered)
 	{
 		before_shmem_exit(backend_exit, 0);

@@ -128,7 +128,7 @@ store_take_order_ids(int64 *ids, int n)
 		 * after a crash the sequence could hand the same block out again,
 		 * while reservations in Redis' journal still carry its ids.
 		 */
-		XLogFlush(GetXLogInsertRecPtr());
+		XLogFlush(XactLastRecEnd);
 		store_commit();
 	}
 	for (int i = 0; i < n; i++)

@@ -19,12 +19,17 @@
 #include "miscadmin.h"
 #include "redis.h"
 #include "store.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 /* Users per SADD when staging buyers. */
 #define STAGE_CHUNK 1000
 
 static uint64 lock_counter = 0;
+
+/* The lease held now, if any, so that it can be released after an error. */
+static int64 held_campaign = 0;
+static char *held_token = NULL;
 
 void
 sk_reply_error(SeckillReply *reply, SeckillStatus status, const char *fmt,...)
@@ -80,19 +85,33 @@ campaign_lock(int64 id, SeckillReply *reply)
 					   id, key);
 		return NULL;
 	}
+	held_campaign = id;
+	held_token = MemoryContextStrdup(TopMemoryContext, token);
 	return token;
 }
 
 static void
-campaign_unlock(int64 id, const char *token)
+campaign_unlock(void)
 {
 	SkPipeline	p;
-	const char *keys[1] = {sk_campaign_key(id, "lock")};
+	const char *keys[1] = {sk_campaign_key(held_campaign, "lock")};
+	const char *token = held_token;
 
+	held_campaign = 0;
+	held_token = NULL;
 	sk_pipeline_init(&p);
 	sk_pipeline_script(&p, SK_SCRIPT_UNLOCK, 1, keys, 1, &token);
 	/* On failure the lease simply runs out. */
 	(void) sk_pipeline_exec(&p);
+	pfree((char *) token);
+}
+
+/* After an error in admin work: give the lease back rather than let it run out. */
+void
+sk_release_lock(void)
+{
+	if (held_token != NULL)
+		campaign_unlock();
 }
 
 static void
@@ -313,17 +332,6 @@ rebuild_locked(int64 id, SeckillReply *reply)
 	reply->values[1] = list_length(buyers);
 }
 
-void
-sk_rebuild(int64 campaign_id, SeckillReply *reply)
-{
-	char	   *token = campaign_lock(campaign_id, reply);
-
-	if (token == NULL)
-		return;
-	rebuild_locked(campaign_id, reply);
-	campaign_unlock(campaign_id, token);
-}
-
 static void
 close_locked(int64 id, SeckillReply *reply)
 {
@@ -450,15 +458,13 @@ void
 sk_serve_admin(const SeckillRequest *request, SeckillReply *reply)
 {
 	int64		id = request->campaign_id;
-	char	   *token;
 
 	if (request->kind == SK_REQ_STATUS)
 	{
 		status(id, reply);
 		return;
 	}
-	token = campaign_lock(id, reply);
-	if (token == NULL)
+	if (campaign_lock(id, reply) == NULL)
 		return;
 	switch (request->kind)
 	{
@@ -474,5 +480,5 @@ sk_serve_admin(const SeckillRequest *request, SeckillReply *reply)
 		default:
 			elog(ERROR, "unexpected seckill request kind %d", request->kind);
 	}
-	campaign_unlock(id, token);
+	campaign_unlock();
 }

@@ -40,6 +40,8 @@ typedef struct RoundItem
 
 static MemoryContext round_cxt = NULL;
 
+static void serve_admin(const SeckillRequest *request, SeckillReply *reply);
+
 /* Set when Redis may hold reservations nobody has settled yet. */
 static bool needs_replay = true;
 
@@ -237,25 +239,29 @@ serve_purchases(RoundItem **items, int n)
 
 	for (int i = 0; i < nrebuild; i++)
 	{
-		SeckillReply ignored;
+		SeckillRequest preheat = {.kind = SK_REQ_PREHEAT, .campaign_id = rebuild[i]};
+		SeckillReply reply = {0};
 		bool		seen = false;
 
 		for (int j = 0; j < i; j++)
 			seen |= rebuild[j] == rebuild[i];
 		if (!seen)
-			sk_rebuild(rebuild[i], &ignored);
+			serve_admin(&preheat, &reply);
 	}
 }
 
-/* Admin work may raise errors (SPI, constraints): they become the reply. */
+/*
+ * Admin work may raise errors (SPI, constraints, a full campaign cache):
+ * they become the reply, and the worker carries on.
+ */
 static void
-serve_admin(RoundItem *item)
+serve_admin(const SeckillRequest *request, SeckillReply *reply)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 
 	PG_TRY();
 	{
-		sk_serve_admin(&item->request, &item->reply);
+		sk_serve_admin(request, reply);
 	}
 	PG_CATCH();
 	{
@@ -266,10 +272,10 @@ serve_admin(RoundItem *item)
 		FlushErrorState();
 		AbortCurrentTransaction();
 		MemoryContextSwitchTo(cxt);
-		sk_reply_error(&item->reply, SK_ERR_INVALID, "%s", edata->message);
+		sk_release_lock();
+		sk_reply_error(reply, SK_ERR_INVALID, "%s", edata->message);
 	}
 	PG_END_TRY();
-	answer(item);
 }
 
 static void
@@ -314,7 +320,8 @@ serve_round(const int *slots, int n)
 			answer(&items[i]);
 			continue;
 		}
-		serve_admin(&items[i]);
+		serve_admin(&items[i].request, &items[i].reply);
+		answer(&items[i]);
 	}
 }
 

@@ -85,11 +85,75 @@ status_from_script(const char *s)
 }
 
 /*
- * Journal entries to drop (committed) and reservations to give back
- * (refused by PostgreSQL), in one pipeline.
+ * Committed orders whose journal entries Redis still holds.  They are dropped
+ * by HDELs at the head of the next round's pipeline, so that a busy round
+ * costs one Redis round trip, or by their own pipeline before the worker
+ * sleeps or serves admin requests.  Until then the journal over-counts, never
+ * under-counts: a replay finds their orders and just drops the entries.
  */
+static SkOrder *settled = NULL;
+static int	nsettled = 0;
+
+static void flush_settles(void);
+
 static void
-settle(SkOrder *orders, int n)
+defer_settle(const SkOrder *order)
+{
+	if (nsettled == MaxBackends)
+		flush_settles();
+	if (nsettled == MaxBackends)
+		nsettled = 0;			/* Redis failed: the replay drops them */
+	settled[nsettled].campaign_id = order->campaign_id;
+	settled[nsettled].id = order->id;
+	nsettled++;
+}
+
+/* Add one HDEL per campaign for the deferred entries; returns the count. */
+static int
+add_settles(SkPipeline *p)
+{
+	int			ncommands = 0;
+	const char **argv = palloc(sizeof(char *) * (nsettled + 2));
+	bool	   *done = palloc0(sizeof(bool) * nsettled);
+
+	for (int i = 0; i < nsettled; i++)
+	{
+		int			argc = 0;
+
+		if (done[i])
+			continue;
+		argv[argc++] = "HDEL";
+		argv[argc++] = sk_campaign_key(settled[i].campaign_id, "journal");
+		for (int j = i; j < nsettled; j++)
+		{
+			if (done[j] || settled[j].campaign_id != settled[i].campaign_id)
+				continue;
+			argv[argc++] = psprintf(INT64_FORMAT, settled[j].id);
+			done[j] = true;
+		}
+		sk_pipeline_add(p, argc, argv, NULL);
+		ncommands++;
+	}
+	nsettled = 0;
+	return ncommands;
+}
+
+static void
+flush_settles(void)
+{
+	SkPipeline	p;
+
+	if (nsettled == 0)
+		return;
+	sk_pipeline_init(&p);
+	add_settles(&p);
+	if (sk_pipeline_exec(&p) == NULL)
+		needs_replay = true;
+}
+
+/* Give back, at once, the reservations PostgreSQL refused. */
+static void
+compensate(SkOrder *orders, int n)
 {
 	SkPipeline	p;
 	SkReply    *replies;
@@ -104,21 +168,15 @@ settle(SkOrder *orders, int n)
 			sk_campaign_key(orders[i].campaign_id, "buyers"),
 			sk_campaign_key(orders[i].campaign_id, "journal")
 		};
+		const char *args[2] = {id, orders[i].outcome == SK_DUPLICATE ? "keep" : "drop"};
 
 		if (orders[i].outcome == SK_OK)
-		{
-			const char *argv[3] = {"HDEL", keys[2], id};
-
-			sk_pipeline_add(&p, 3, argv, NULL);
-		}
-		else
-		{
-			const char *args[2] = {id, orders[i].outcome == SK_DUPLICATE ? "keep" : "drop"};
-
-			sk_pipeline_script(&p, SK_SCRIPT_COMPENSATE, 3, keys, 2, args);
-			ncomp++;
-		}
+			continue;
+		sk_pipeline_script(&p, SK_SCRIPT_COMPENSATE, 3, keys, 2, args);
+		ncomp++;
 	}
+	if (ncomp == 0)
+		return;
 	replies = sk_pipeline_exec(&p);
 	if (replies == NULL)
 	{
@@ -126,10 +184,14 @@ settle(SkOrder *orders, int n)
 		return;
 	}
 	pg_atomic_fetch_add_u64(&seckill_shared->counters.compensations, ncomp);
-	for (int i = 0; i < n; i++)
-		if (orders[i].outcome != SK_OK &&
-			replies[i].type == REDIS_REPLY_ARRAY && replies[i].elements == 2)
-			sk_note_stock(orders[i].campaign_id, sk_reply_int(&replies[i].element[1]));
+	for (int i = 0, r = 0; i < n; i++)
+	{
+		if (orders[i].outcome == SK_OK)
+			continue;
+		if (replies[r].type == REDIS_REPLY_ARRAY && replies[r].elements == 2)
+			sk_note_stock(orders[i].campaign_id, sk_reply_int(&replies[r].element[1]));
+		r++;
+	}
 }
 
 static void
@@ -141,6 +203,7 @@ serve_purchases(RoundItem **items, int n)
 	RoundItem **accepted_items = palloc(sizeof(RoundItem *) * n);
 	int			naccepted = 0;
 	int64	   *ids;
+	int			nsettles;
 	int64	   *rebuild = palloc(sizeof(int64) * n);
 	int			nrebuild = 0;
 
@@ -159,6 +222,7 @@ serve_purchases(RoundItem **items, int n)
 	store_take_order_ids(ids, n);
 
 	sk_pipeline_init(&p);
+	nsettles = add_settles(&p);
 	for (int i = 0; i < n; i++)
 	{
 		SeckillRequest *req = &items[i]->request;
@@ -190,7 +254,7 @@ serve_purchases(RoundItem **items, int n)
 
 	for (int i = 0; i < n; i++)
 	{
-		SkReply    *r = &replies[i];
+		SkReply    *r = &replies[nsettles + i];
 		SeckillReply *reply = &items[i]->reply;
 
 		if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
@@ -231,10 +295,13 @@ serve_purchases(RoundItem **items, int n)
 		{
 			accepted_items[i]->reply.status = orders[i].outcome;
 			if (orders[i].outcome == SK_OK)
+			{
 				accepted_items[i]->reply.order_id = orders[i].id;
+				defer_settle(&orders[i]);
+			}
 			answer(accepted_items[i]);
 		}
-		settle(orders, naccepted);
+		compensate(orders, naccepted);
 	}
 
 	for (int i = 0; i < nrebuild; i++)
@@ -301,7 +368,9 @@ serve_round(const int *slots, int n)
 	if (nbuys > 0)
 		serve_purchases(buys, nbuys);
 
-	/* Admin requests come after the round's purchases, which they may need settled. */
+	/* Admin requests come after the round's purchases, settled. */
+	if (nitems > nbuys && sk_redis_connected())
+		flush_settles();
 	for (int i = 0; i < nitems; i++)
 	{
 		if (items[i].request.kind == SK_REQ_BUY)
@@ -361,6 +430,7 @@ seckill_worker_main(Datum main_arg)
 
 	round_cxt = AllocSetContextCreate(TopMemoryContext, "seckill round", ALLOCSET_DEFAULT_SIZES);
 	slots = MemoryContextAlloc(TopMemoryContext, sizeof(int) * MaxBackends);
+	settled = MemoryContextAlloc(TopMemoryContext, sizeof(SkOrder) * MaxBackends);
 
 	seckill_fail_taken_slots("the seckill worker restarted while it held this request");
 	before_shmem_exit(worker_exit, 0);
@@ -391,7 +461,11 @@ seckill_worker_main(Datum main_arg)
 		MemoryContextSwitchTo(round_cxt);
 
 		if (needs_replay && sk_redis_connect())
+		{
 			needs_replay = !sk_replay_all();
+			if (!needs_replay)
+				nsettled = 0;	/* the replay dropped their entries */
+		}
 
 		n = seckill_queue_drain(slots, Min(seckill_batch_size, MaxBackends));
 		if (n > 0)
@@ -399,7 +473,16 @@ seckill_worker_main(Datum main_arg)
 			serve_round(slots, n);
 			continue;
 		}
-		/* Idle: retry Redis now and then while something waits for it. */
+		/*
+		 * Idle: settle first.  Waiting on Redis resets the latch, so look at
+		 * the queue again before sleeping.
+		 */
+		if (nsettled > 0 && sk_redis_connected())
+		{
+			flush_settles();
+			continue;
+		}
+		/* retry Redis now and then while something waits for it */
 		sk_redis_wait_idle(needs_replay ? 1000 : -1);
 	}
 }

@@ -253,12 +253,8 @@ rebuild_locked(int64 id, SeckillReply *reply)
 	int			nsadd = 0;
 	ListCell   *lc;
 	int			stock;
+	bool		draft;
 
-	if (!replay_campaign(id, NULL, NULL))
-	{
-		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
-		return;
-	}
 	store_begin("seckill: load campaign");
 	found = store_campaign(id, &row);
 	if (found)
@@ -277,9 +273,23 @@ rebuild_locked(int64 id, SeckillReply *reply)
 		return;
 	}
 
+	/*
+	 * A campaign that never sold owns nothing in Redis yet: whatever its keys
+	 * hold is left by an earlier installation of the extension, whose
+	 * campaign ids restarted.  Otherwise settle the journal first.
+	 */
+	draft = strcmp(row.state, "draft") == 0;
+	if (!draft && !replay_campaign(id, NULL, NULL))
+	{
+		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		return;
+	}
+
 	campaign_keys(id, keys);
 	keys[3] = sk_campaign_key(id, "staged-buyers");
 	sk_pipeline_init(&p);
+	if (draft)
+		sk_pipeline_add(&p, 2, (const char *[]) {"DEL", keys[2]}, NULL);
 	sk_pipeline_add(&p, 2, (const char *[]) {"DEL", keys[3]}, NULL);
 	sadd = palloc(sizeof(char *) * (STAGE_CHUNK + 2));
 	foreach(lc, buyers)
@@ -316,7 +326,7 @@ rebuild_locked(int64 id, SeckillReply *reply)
 		return;
 	}
 
-	if (strcmp(row.state, "draft") == 0)
+	if (draft)
 	{
 		store_begin("seckill: preheat campaign");
 		store_set_state(id, "preheated");

@@ -5,9 +5,10 @@
  *
  * One round serves every pending request: all purchases go to Redis as one
  * pipeline of EVALSHA calls, all accepted orders are committed in one
- * transaction, then the callers are woken, and the journal entries of the
- * committed orders (and the give-backs of refused ones) go to Redis as one
- * more pipeline.  Admin requests follow, one at a time.
+ * transaction, then the callers are woken.  The journal entries of the
+ * committed orders are dropped by the next round's pipeline; reservations
+ * PostgreSQL refused are given back at once.  Admin requests follow, one at
+ * a time.
  *
  *-------------------------------------------------------------------------
  */
@@ -474,8 +475,8 @@ seckill_worker_main(Datum main_arg)
 			continue;
 		}
 		/*
-		 * Idle: settle first.  Waiting on Redis resets the latch, so look at
-		 * the queue again before sleeping.
+		 * Idle: settle first, then look at the queue again: requests may
+		 * have come in meanwhile.
 		 */
 		if (nsettled > 0 && sk_redis_connected())
 		{

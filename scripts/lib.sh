@@ -238,7 +238,7 @@ seckill_on_exit() {
 seckill_pgbench() {
 	local dir=$1 clients=$2 seconds=$3 script=$4 rc=0 tps avg pct
 	mkdir -p "$dir"
-	pgbench -n -M prepared -c "$clients" -j 2 -T "$seconds" -f "$script" \
+	pgbench -n -M prepared -c "$clients" -j "$(nproc)" -T "$seconds" -f "$script" \
 		--log --log-prefix="$dir/txn" >"$dir/pgbench.out" 2>&1 || rc=$?
 	tps=$(sed -nE 's/^tps = ([0-9]+)\..*/\1/p' "$dir/pgbench.out")
 	avg=$(sed -nE 's/^latency average = ([0-9.]+) ms$/\1/p' "$dir/pgbench.out")

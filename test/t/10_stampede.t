@@ -104,7 +104,7 @@ big=$goods-big
 psql_val "SELECT seckill_campaign_create('$big', 100000000)" >/dev/null
 is "$(psql_val "SELECT seckill_preheat('$big')")" 100000000 "a campaign that cannot sell out"
 cat >"$work/buy.sql" <<SQL
-\set u random(1, 1000000000)
+\set u random(1, 1000000000000000000)
 SELECT status FROM seckill_buy('buyer-' || :u, '$big');
 SQL
 counters() {

@@ -1,0 +1,275 @@
+#!/usr/bin/env bash
+# The benchmark, as root: bash scripts/bench.sh [--seconds N] [--clients "8 32 128"]
+#                                               [--smoke] [--soak SECONDS] [--out DIR]
+# Measures, in one run on one machine, seckill_buy against the plain
+# PostgreSQL ways of selling stock and against Redis alone:
+#   1 SELECT 1                      the ceiling of any SQL call here
+#   2 naive PostgreSQL              UPDATE ... WHERE remaining > 0, then INSERT, one statement
+#   3 pessimistic PostgreSQL        SELECT ... FOR UPDATE, UPDATE, INSERT, one transaction
+#   4 seckill_buy while stock lasts every call a purchase committed to seckill.orders
+#   5 seckill_buy after sell-out    answered from shared memory
+#   6 Redis alone                   redis-benchmark running lua/buy.lua, unpipelined / pipelined
+# Rows 2-4 run durable (synchronous_commit = on); their "off" figures are an
+# extra column.  Prints a Markdown table with ratios to rows 1 and 2, the
+# worker's counters, checks that nothing was oversold or sold twice (and fails
+# loudly if so), and writes throughput.svg and results.md into the output
+# directory.  --smoke is the short run CI uses to check that all of it works.
+# Without running servers it installs what it needs and starts its own.
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+seconds=10
+clients="8 32 128"
+soak=0
+out=
+SECONDS=0
+while [ $# -gt 0 ]; do
+	case $1 in
+	--seconds) seconds=$2; shift 2 ;;
+	--clients) clients=$2; shift 2 ;;
+	--smoke) seconds=1; clients="8"; shift ;;
+	--soak) soak=$2; shift 2 ;;
+	--out) out=$2; shift 2 ;;
+	*) echo "usage: $0 [--seconds N] [--clients \"8 32 128\"] [--smoke] [--soak SECONDS] [--out DIR]" >&2; exit 2 ;;
+	esac
+done
+
+if [ -z "${SECKILL_TMP:-}" ]; then
+	seckill_install_deps
+	seckill_build_install
+	seckill_start_servers
+fi
+out=${out:-$SECKILL_ROOT/bench-results}
+work=$out/work
+rm -rf "$work"
+mkdir -p "$work"
+
+psql_q() { psql -XAtq -v ON_ERROR_STOP=1 "$@"; }
+
+# --- the contenders ----------------------------------------------------------
+run_id=$(date +%s)
+big=bench-stock-$run_id
+gone=bench-gone-$run_id
+psql_q <<SQL >/dev/null
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS seckill;
+DROP SCHEMA IF EXISTS bench CASCADE;
+CREATE SCHEMA bench;
+CREATE TABLE bench.stock (id int PRIMARY KEY, remaining int NOT NULL CHECK (remaining >= 0));
+INSERT INTO bench.stock VALUES (1, 2000000000), (2, 2000000000);
+CREATE TABLE bench.orders (
+	id bigserial PRIMARY KEY,
+	item int NOT NULL REFERENCES bench.stock (id),
+	user_id text NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT now(),
+	UNIQUE (item, user_id));
+SELECT seckill_campaign_create('$big', 2000000000);
+SELECT seckill_campaign_create('$gone', 1);
+SQL
+psql_q -c "SELECT seckill_preheat('$big')" -c "SELECT seckill_preheat('$gone')" >/dev/null
+psql_q -c "SELECT seckill_buy('first-and-last', '$gone')" >/dev/null
+
+cat >"$work/select1.sql" <<'SQL'
+\set u random(1, 1000000000000000000)
+SELECT 1;
+SQL
+cat >"$work/naive.sql" <<'SQL'
+\set u random(1, 1000000000000000000)
+WITH s AS (UPDATE bench.stock SET remaining = remaining - 1 WHERE id = 1 AND remaining > 0 RETURNING id)
+INSERT INTO bench.orders (item, user_id) SELECT id, 'n' || :u FROM s;
+SQL
+cat >"$work/pessimistic.sql" <<'SQL'
+\set u random(1, 1000000000000000000)
+BEGIN;
+SELECT remaining FROM bench.stock WHERE id = 2 FOR UPDATE;
+UPDATE bench.stock SET remaining = remaining - 1 WHERE id = 2 AND remaining > 0;
+INSERT INTO bench.orders (item, user_id) VALUES (2, 'p' || :u);
+COMMIT;
+SQL
+cat >"$work/buy.sql" <<SQL
+\\set u random(1, 1000000000000000000)
+SELECT status FROM seckill_buy('b' || :u, '$big');
+SQL
+cat >"$work/soldout.sql" <<SQL
+\\set u random(1, 1000000000000000000)
+SELECT status FROM seckill_buy('s' || :u, '$gone');
+SQL
+
+# synchronous_commit for every session and for the worker's commits
+set_sync() {
+	local before
+	before=$(grep -c 'seckill worker reloaded its configuration' "$SECKILL_TMP/postgresql.log" || true)
+	psql_q -c "ALTER SYSTEM SET synchronous_commit = $1" -c "SELECT pg_reload_conf()" >/dev/null
+	seckill_wait_for "[ \$(grep -c 'seckill worker reloaded its configuration' '$SECKILL_TMP/postgresql.log') -gt $before ]" 10
+}
+
+counters() {
+	psql_q -c "SELECT purchases || ' ' || rounds || ' ' || redis_round_trips || ' ' || commits FROM seckill.worker_counters()"
+}
+
+# results: one line per cell: row sync clients tps p50 p99
+results=$out/cells.txt
+: >"$results"
+cell() { # row sync clients script
+	local figures tps avg p50 p99
+	figures=$(seckill_pgbench "$work/$1-$2-$3" "$3" "$seconds" "$work/$4") ||
+		{ cat "$work/$1-$2-$3/pgbench.out" >&2; echo "seckill: pgbench failed for row $1" >&2; exit 1; }
+	read -r tps avg p50 p99 <<<"$figures"
+	echo "$1 $2 $3 $tps $p50 $p99" >>"$results"
+	printf '  row %s, synchronous_commit=%s, %3s clients: %8s calls/s, p50 %s ms, p99 %s ms\n' \
+		"$1" "$2" "$3" "$tps" "$p50" "$p99" >&2
+}
+
+echo "Benchmark: ${seconds}s per cell, clients: $clients, $(nproc) cores" >&2
+read -r p0 r0 t0 c0 <<<"$(counters)"
+set_sync on
+for c in $clients; do
+	cell 1 on "$c" select1.sql
+	cell 2 on "$c" naive.sql
+	cell 3 on "$c" pessimistic.sql
+	cell 4 on "$c" buy.sql
+	cell 5 on "$c" soldout.sql
+done
+read -r p1 r1 t1 c1 <<<"$(counters)"
+set_sync off
+for c in $clients; do
+	cell 2 off "$c" naive.sql
+	cell 3 off "$c" pessimistic.sql
+	cell 4 off "$c" buy.sql
+done
+psql_q -c "ALTER SYSTEM RESET synchronous_commit" -c "SELECT pg_reload_conf()" >/dev/null
+
+# Redis alone: the purchase script on a campaign of its own, random users
+sha=$(seckill_redis_cli SCRIPT LOAD "$(cat "$SECKILL_ROOT/lua/buy.lua")")
+rkey="seckill-bench:{c:0}"
+seckill_redis_cli DEL "$rkey:meta" "$rkey:buyers" "$rkey:journal" >/dev/null
+seckill_redis_cli HSET "$rkey:meta" stock 2000000000 starts 0 ends inf limit 1 state open >/dev/null
+redis_cell() { # label pipeline clients
+	local csv n=$((seconds * 20000))
+	csv=$(redis-benchmark -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" -c "$3" -n "$n" -P "$2" -r 1000000000 --csv \
+		EVALSHA "$sha" 3 "$rkey:meta" "$rkey:buyers" "$rkey:journal" u:__rand_int__ 1 __rand_int__ | tail -1)
+	# "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+	echo "$csv" | tr -d '"' | awk -F, -v row="$1" -v c="$3" '{ printf "%s on %s %d %.3f %.3f\n", row, c, $2, $5, $7 }' >>"$results"
+	tail -1 "$results" | awk '{ printf "  row %s, %3s clients: %8s calls/s, p50 %s ms, p99 %s ms\n", $1, $3, $4, $5, $6 }' >&2
+}
+for c in $clients; do
+	redis_cell 6a 1 "$c"
+	redis_cell 6b 16 "$c"
+done
+seckill_redis_cli DEL "$rkey:meta" "$rkey:buyers" "$rkey:journal" >/dev/null
+
+# --- the invariants: nothing oversold, nobody twice -------------------------------
+check=$(psql_q <<SQL
+SELECT count(*) FILTER (WHERE NOT ok) FROM (
+	SELECT c.sold = (SELECT coalesce(sum(qty), 0) FROM seckill.orders o
+					 WHERE o.campaign_id = c.id AND o.status <> 'cancelled')
+		AND c.sold <= c.total_stock
+		AND (SELECT count(*) FROM seckill.orders o WHERE o.campaign_id = c.id AND o.status <> 'cancelled')
+		  = (SELECT count(DISTINCT user_id) FROM seckill.orders o WHERE o.campaign_id = c.id AND o.status <> 'cancelled') AS ok
+	FROM seckill.campaigns c WHERE c.goods IN ('$big', '$gone')
+	UNION ALL
+	SELECT s.remaining + (SELECT count(*) FROM bench.orders o WHERE o.item = s.id) = 2000000000
+	FROM bench.stock s) v;
+SQL
+)
+if [ "$check" != 0 ]; then
+	echo "seckill: INVARIANT BROKEN: an oversell or a double purchase in the benchmark" >&2
+	psql -X -c "SELECT * FROM seckill_status('$big')" -c "SELECT * FROM bench.stock" >&2
+	exit 1
+fi
+echo "Invariants: no oversell, no double purchase (seckill and both PostgreSQL contenders)." >&2
+
+# --- memory over a longer run of row 4 ----------------------------------------------
+# Private memory (RssAnon): what a leak grows.  VmRSS also counts the pages of
+# shared_buffers a process has touched, which grows with the tables.
+anon_kb() { awk '/^RssAnon/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+if [ "$soak" -gt 0 ]; then
+	wpid=$(seckill_worker_pid)
+	pgbench -n -M prepared -c 32 -j "$(nproc)" -T "$soak" -f "$work/buy.sql" >"$work/soak.out" 2>&1 &
+	bench=$!
+	echo "Soak: row 4 at 32 clients for ${soak}s; private memory (kB) every $((soak / 10))s:" >&2
+	for _ in $(seq 1 10); do
+		sleep $((soak / 10)) # a sampling interval, not a wait for a condition
+		backends=$(psql_q -c "SELECT string_agg(pid::text, ' ') FROM pg_stat_activity WHERE application_name = 'pgbench'")
+		max=0
+		for b in $backends; do
+			kb=$(anon_kb "$b")
+			[ "$kb" -gt "$max" ] && max=$kb
+		done
+		printf '  %4ss  worker %6s  largest backend %6s\n' "$((SECONDS))" "$(anon_kb "$wpid")" "$max" | tee -a "$out/soak.txt" >&2
+	done
+	wait "$bench" || { cat "$work/soak.out" >&2; exit 1; }
+fi
+
+# --- the report --------------------------------------------------------------------
+purchases=$((p1 - p0))
+{
+	echo "| row | what | clients | calls/s | p50 ms | p99 ms | × row 1 | × row 2 | calls/s, sync off |"
+	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+	awk -v clients="$clients" '
+		BEGIN {
+			what["1"] = "SELECT 1"; what["2"] = "naive UPDATE + INSERT"
+			what["3"] = "SELECT FOR UPDATE, UPDATE, INSERT"; what["4"] = "seckill_buy, stock lasts"
+			what["5"] = "seckill_buy, sold out"; what["6a"] = "Redis alone, buy.lua"
+			what["6b"] = "Redis alone, buy.lua, pipeline 16"
+			n = split(clients, cl, " ")
+		}
+		{ key = $1 " " $2 " " $3; tps[key] = $4; p50[key] = $5; p99[key] = $6 }
+		END {
+			split("1 2 3 4 5 6a 6b", rows, " ")
+			for (r = 1; r <= 7; r++)
+				for (i = 1; i <= n; i++) {
+					c = cl[i]; k = rows[r] " on " c
+					if (!(k in tps)) continue
+					off = (rows[r] " off " c) in tps ? tps[rows[r] " off " c] : "–"
+					printf "| %s | %s | %s | %s | %s | %s | %.2f | %.1f | %s |\n", rows[r], what[rows[r]], c,
+						tps[k], p50[k], p99[k], tps[k] / tps["1 on " c], tps[k] / tps["2 on " c], off
+				}
+		}' "$results"
+	echo
+	if [ "$purchases" -gt 0 ]; then
+		echo "Worker, rows 4 and 5 with synchronous_commit = on: $purchases purchases in $((r1 - r0)) rounds" \
+			"($((purchases / (r1 - r0 + 1))) a round); per 1,000 purchases $(((t1 - t0) * 1000 / purchases))" \
+			"Redis round trips and $(((c1 - c0) * 1000 / purchases)) commits."
+	fi
+} >"$out/results.md"
+
+awk '$2 == "on" { print $1, $3, $4 }' "$results" | sort -k1,1 -k2n >"$work/plot.dat"
+if command -v gnuplot >/dev/null; then
+	{
+		echo "set terminal svg size 800,500 dynamic font 'sans,12'"
+		echo "set output '$out/throughput.svg'"
+		echo "set title 'Throughput against clients ($(nproc) cores, synchronous_commit = on)'"
+		echo "set xlabel 'clients'; set ylabel 'calls/s'; set logscale x 2; set logscale y"
+		echo "set key outside right; set grid"
+		printf "plot "
+		sep=
+		for row in 1 2 3 4 5 6a 6b; do
+			awk -v r="$row" '$1 == r { print $2, $3 }' "$work/plot.dat" >"$work/row$row.dat"
+			[ -s "$work/row$row.dat" ] || continue
+			printf "%s'%s' using 1:2 with linespoints title 'row %s'" "$sep" "$work/row$row.dat" "$row"
+			sep=", "
+		done
+		echo
+	} >"$work/plot.gp"
+	gnuplot "$work/plot.gp" 2>/dev/null
+fi
+
+cat "$out/results.md"
+echo
+echo "Targets (ratios of this run):"
+awk '
+	{ t[$1 " " $2 " " $3] = $4; p99[$1 " " $2 " " $3] = $6 }
+	function target(name, ok) { printf "  %-44s %s\n", name, ok ? "met" : "NOT met" }
+	END {
+		if (("4 on 32") in t) {
+			target("row 4 >= 10x row 2 at 32 clients (" sprintf("%.1fx", t["4 on 32"] / t["2 on 32"]) ")", t["4 on 32"] >= 10 * t["2 on 32"])
+			target("row 5 >= 0.8x row 1 at 32 clients (" sprintf("%.2fx", t["5 on 32"] / t["1 on 32"]) ")", t["5 on 32"] >= 0.8 * t["1 on 32"])
+			target("p99 of row 4 at 32 clients <= 10 ms (" p99["4 on 32"] " ms)", p99["4 on 32"] <= 10)
+		}
+		if (("4 on 128") in t)
+			target("row 4 >= 5x row 2 at 128 clients (" sprintf("%.1fx", t["4 on 128"] / t["2 on 128"]) ")", t["4 on 128"] >= 5 * t["2 on 128"])
+	}' "$results"
+rm -rf "$work"
+echo "Written: $out/results.md$( [ -f "$out/throughput.svg" ] && echo ", $out/throughput.svg")"

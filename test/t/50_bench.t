@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The benchmark's short run: every contender runs, the report and the chart
+# are written, and the benchmark's own invariant check passes.  (The figures
+# themselves are not judged here: see docs/PERFORMANCE.md.)
+set -uo pipefail
+# shellcheck source=test/t/tap.sh
+. "$(dirname "$0")/tap.sh"
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+bash "$SECKILL_ROOT/scripts/bench.sh" --smoke --out "$out" >"$out/bench.log" 2>&1
+ok "[ $? -eq 0 ]" "scripts/bench.sh --smoke ran" || diag "$(tail -30 "$out/bench.log")"
+ok "grep -q '^Invariants: no oversell, no double purchase' '$out/bench.log'" "its invariant check passed"
+for row in 1 2 3 4 5 6a 6b; do
+	ok "grep -Eq '^\\| $row \\| .* \\| 8 \\| [0-9]+ \\|' '$out/results.md'" "row $row measured"
+done
+ok "grep -q 'per 1,000 purchases' '$out/results.md'" "the worker's counters are reported"
+ok "grep -q '<svg' '$out/throughput.svg'" "the chart is drawn"
+diag "$(grep -E '^\| [0-9]' "$out/results.md" | cut -d'|' -f2-6)"
+done_testing

@@ -14,6 +14,8 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
 else
 	redis.call('DEL', KEYS[2])
 end
+-- a fresh hash: no field or expiry of an earlier campaign with this id survives
+redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'stock', ARGV[1], 'starts', ARGV[2],
 	'ends', ARGV[3], 'limit', ARGV[4], 'state', ARGV[5])
 return redis.call('SCARD', KEYS[2])

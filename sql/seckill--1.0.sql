@@ -129,6 +129,9 @@ RETURNS TABLE (campaign_id bigint, state text, total_stock int,
 	in_flight bigint, sold_out_cached bool, starts_at timestamptz,
 	ends_at timestamptz)
 LANGUAGE plpgsql
+-- runs as the extension's owner, so that a role granted this function needs
+-- no grant on the internal seckill.redis_state
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -178,6 +181,7 @@ RETURNS TABLE (campaign_id bigint, campaign_goods text, redis_stock_before int,
 	expected_stock int, buyers_before bigint, buyers_expected bigint,
 	journal_committed int, journal_compensated int, repaired bool)
 LANGUAGE sql VOLATILE
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 	SELECT c.id, c.goods, r.*

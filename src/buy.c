@@ -115,6 +115,13 @@ seckill_call_checked(SeckillRequestKind kind, int64 campaign_id, const char *use
 					 errhint("Check that Redis answers at seckill.redis_host:seckill.redis_port (%s:%d); the worker reconnects by itself.",
 							 seckill_redis_host, seckill_redis_port)));
 			break;
+		case SK_ERR_REDIS_REFUSED:
+			ereport(ERROR,
+					(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
+					 errmsg("Redis refused seckill's request"),
+					 errdetail("%s", reply.message),
+					 errhint("Check Redis: a read-only replica, a full maxmemory, or an ACL that lacks a command refuses seckill.")));
+			break;
 		case SK_ERR_WORKER:
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
@@ -125,14 +132,14 @@ seckill_call_checked(SeckillRequestKind kind, int64 campaign_id, const char *use
 			break;
 		case SK_ERR_INVALID:
 			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					(errcode(reply.sqlerrcode ? reply.sqlerrcode : ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("%s", reply.message)));
 			break;
 		case SK_ERR_LOCKED:
 			ereport(ERROR,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 					 errmsg("%s", reply.message),
-					 errhint("Another PostgreSQL cluster sharing this Redis works on the campaign, or a lease of a stopped worker has not run out yet (seckill.lock_lease); try again later.")));
+					 errhint("Its lease runs out within seckill.lock_lease; try again then, and give each cluster sharing a Redis its own seckill.redis_prefix.")));
 			break;
 		default:
 			break;
@@ -254,6 +261,7 @@ seckill_order(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 
+	seckill_check_database();
 	if (!seckill_campaign_by_goods(goods, &info))
 		status = "unknown_goods";
 	else

@@ -54,8 +54,8 @@ sk_note_stock(int64 campaign_id, long long stock)
 
 /*
  * Take the campaign's lease.  Returns the owner token, or NULL with the
- * reply set when the lease is held elsewhere or Redis failed.  The token is
- * unique per acquisition, so a late release can never free another
+ * reply set when another cluster holds the lease or Redis failed.  The
+ * token is unique per acquisition, so a late release can never free another
  * owner's lease.
  */
 static char *
@@ -64,24 +64,28 @@ campaign_lock(int64 id, SeckillReply *reply)
 	SkPipeline	p;
 	SkReply    *r;
 	char	   *key = sk_campaign_key(id, "lock");
-	char	   *token = psprintf(UINT64_FORMAT ":%d:" INT64_FORMAT ":" UINT64_FORMAT,
-								 GetSystemIdentifier(), MyProcPid, MyStartTimestamp,
-								 ++lock_counter);
-	char	   *lease = psprintf("%d", seckill_lock_lease);
-	const char *argv[6] = {"SET", key, token, "NX", "PX", lease};
+	char	   *cluster = psprintf(UINT64_FORMAT ":", GetSystemIdentifier());
+	char	   *token = psprintf("%s%d:" INT64_FORMAT ":" UINT64_FORMAT,
+								 cluster, MyProcPid, MyStartTimestamp, ++lock_counter);
+	const char *args[3] = {token, psprintf("%d", seckill_lock_lease), cluster};
 
 	sk_pipeline_init(&p);
-	sk_pipeline_add(&p, 6, argv, NULL);
+	sk_pipeline_script(&p, SK_SCRIPT_LOCK, 1, (const char **) &key, 3, args);
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 	{
 		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
 		return NULL;
 	}
-	if (r[0].type != REDIS_REPLY_STATUS)
+	if (sk_reply_is_error(&r[0]))
+	{
+		sk_reply_error(reply, SK_ERR_REDIS_REFUSED, "taking the campaign's lock: %s", r[0].str);
+		return NULL;
+	}
+	if (sk_reply_int(&r[0]) != 1)
 	{
 		sk_reply_error(reply, SK_ERR_LOCKED,
-					   "campaign " INT64_FORMAT " is locked by another seckill worker (Redis key %s)",
+					   "campaign " INT64_FORMAT " is locked by another PostgreSQL cluster sharing this Redis (key %s)",
 					   id, key);
 		return NULL;
 	}
@@ -114,6 +118,17 @@ sk_release_lock(void)
 		campaign_unlock();
 }
 
+/*
+ * Redis answered with an error (LOADING, NOPERM, MOVED...): treat it as a
+ * failed round trip, so that the replay is tried again later.
+ */
+static bool
+redis_refused(const SkReply *r, const char *what)
+{
+	sk_redis_disconnect(psprintf("Redis refused %s: %s", what, r->str ? r->str : "unexpected reply"));
+	return false;
+}
+
 static void
 campaign_keys(int64 id, const char **keys)
 {
@@ -143,6 +158,8 @@ replay_campaign(int64 id, int *committed, int *compensated)
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 		return false;
+	if (r[0].type != REDIS_REPLY_ARRAY)
+		return redis_refused(&r[0], "reading the journal");
 	n = r[0].elements / 2;
 	if (committed)
 		*committed = 0;
@@ -190,8 +207,12 @@ replay_campaign(int64 id, int *committed, int *compensated)
 	if (r == NULL)
 		return false;
 	for (int i = 0; i < n; i++)
+	{
+		if (sk_reply_is_error(&r[i]))
+			return redis_refused(&r[i], "settling the journal");
 		if (!exists[i] && r[i].type == REDIS_REPLY_ARRAY && r[i].elements == 2)
 			sk_note_stock(id, sk_reply_int(&r[i].element[1]));
+	}
 	pg_atomic_fetch_add_u64(&seckill_shared->counters.compensations, n - ncommitted);
 	ereport(LOG,
 			(errmsg("seckill worker replayed the journal of campaign " INT64_FORMAT ": %d committed, %d given back",
@@ -272,6 +293,15 @@ rebuild_locked(int64 id, SeckillReply *reply)
 		sk_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " is closed", id);
 		return;
 	}
+	/* before anything changes: a campaign on sale must be in the cache */
+	if (!seckill_campaign_has_room(id))
+	{
+		sk_reply_error(reply, SK_ERR_INVALID,
+					   "too many preheated campaigns: seckill.max_campaigns is %d; close finished campaigns with seckill_close(), or raise seckill.max_campaigns and restart the server",
+					   seckill_max_campaigns);
+		reply->sqlerrcode = ERRCODE_PROGRAM_LIMIT_EXCEEDED;
+		return;
+	}
 
 	/*
 	 * A campaign that never sold owns nothing in Redis yet: whatever its keys
@@ -332,8 +362,8 @@ rebuild_locked(int64 id, SeckillReply *reply)
 		store_set_state(id, "preheated");
 		store_commit();
 	}
-	seckill_campaign_store(id, row.goods, row.starts_at, row.ends_at,
-						   row.per_user_limit, stock <= 0);
+	(void) seckill_campaign_store(id, row.goods, row.starts_at, row.ends_at,
+								  row.per_user_limit, stock <= 0);
 	ereport(LOG,
 			(errmsg("seckill worker loaded campaign " INT64_FORMAT " (\"%s\") into Redis: stock %d, %d buyers",
 					id, row.goods, stock, list_length(buyers))));

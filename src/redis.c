@@ -27,6 +27,7 @@ static const char *const script_source[SK_NSCRIPTS] = {
 	[SK_SCRIPT_BUY] = LUA_BUY,
 	[SK_SCRIPT_COMPENSATE] = LUA_COMPENSATE,
 	[SK_SCRIPT_LOAD] = LUA_LOAD,
+	[SK_SCRIPT_LOCK] = LUA_LOCK,
 	[SK_SCRIPT_UNLOCK] = LUA_UNLOCK,
 };
 
@@ -39,6 +40,9 @@ static char *conn_host = NULL;
 static int	conn_port = 0;
 static char *conn_user = NULL;
 static char *conn_password_file = NULL;
+
+/* Bumped by every successful connection: the worker replays after each. */
+static uint64 generation = 0;
 
 /* Reconnect backoff: 100 ms doubling up to 1 s, reset on success. */
 static TimestampTz next_attempt = 0;
@@ -71,6 +75,12 @@ bool
 sk_redis_connected(void)
 {
 	return conn != NULL;
+}
+
+uint64
+sk_redis_generation(void)
+{
+	return generation;
 }
 
 const char *
@@ -537,6 +547,7 @@ sk_redis_connect(void)
 	}
 	backoff_ms = 0;
 	next_attempt = 0;
+	generation++;
 	ereport(LOG, (errmsg("seckill worker connected to Redis at %s:%d",
 						 seckill_redis_host, seckill_redis_port)));
 	return true;

@@ -25,6 +25,7 @@ typedef enum SkScript
 	SK_SCRIPT_BUY,
 	SK_SCRIPT_COMPENSATE,
 	SK_SCRIPT_LOAD,
+	SK_SCRIPT_LOCK,
 	SK_SCRIPT_UNLOCK,
 	SK_NSCRIPTS
 } SkScript;
@@ -50,6 +51,7 @@ typedef struct SkPipeline
 extern void sk_redis_init(void);
 extern bool sk_redis_connect(void);
 extern bool sk_redis_connected(void);
+extern uint64 sk_redis_generation(void);
 extern void sk_redis_disconnect(const char *why);
 extern void sk_redis_reload(void);
 extern const char *sk_redis_error(void);

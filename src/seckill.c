@@ -39,6 +39,7 @@ static const char *const status_names[] = {
 	[SK_UNKNOWN_GOODS] = "unknown_goods",
 	[SK_BUSY] = "busy",
 	[SK_ERR_REDIS] = "redis_error",
+	[SK_ERR_REDIS_REFUSED] = "redis_refused",
 	[SK_ERR_WORKER] = "worker_restarted",
 	[SK_ERR_INVALID] = "invalid",
 	[SK_ERR_LOCKED] = "locked",

@@ -32,6 +32,7 @@ typedef enum SeckillStatus
 	SK_BUSY,
 	/* failures, raised as ERRORs by the caller; reply.message says more */
 	SK_ERR_REDIS,				/* Redis unreachable, or failed mid-request */
+	SK_ERR_REDIS_REFUSED,		/* Redis answered with an error */
 	SK_ERR_WORKER,				/* the worker restarted while it held the request */
 	SK_ERR_INVALID,				/* the request does not make sense (closed campaign...) */
 	SK_ERR_LOCKED				/* the campaign's lock is held elsewhere */

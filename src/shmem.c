@@ -220,7 +220,11 @@ seckill_call(const SeckillRequest *request)
 		if (claimed)
 			break;
 		if (ms_until(deadline) == 0)
-			request_timed_out(request);
+			ereport(ERROR,
+					(errcode(ERRCODE_QUERY_CANCELED),
+					 errmsg("seckill request timed out after %d ms", seckill_request_timeout),
+					 errdetail("An earlier request of this session, given up on, was still being served; this one was not made."),
+					 errhint("Call again; call seckill_order() to learn the fate of the earlier purchase.")));
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Min(ms_until(deadline), 10), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
@@ -414,8 +418,15 @@ seckill_campaign_find(int64 id)
 	return NULL;
 }
 
-/* Worker: add or update a cached campaign. */
-void
+/* Worker: is there an entry for this campaign, or a free one? */
+bool
+seckill_campaign_has_room(int64 id)
+{
+	return seckill_campaign_find(id) != NULL || seckill_campaign_find(0) != NULL;
+}
+
+/* Worker: add or update a cached campaign; false when the cache is full. */
+bool
 seckill_campaign_store(int64 id, const char *goods, TimestampTz starts_at,
 					   TimestampTz ends_at, int per_user_limit, bool sold_out)
 {
@@ -432,11 +443,7 @@ seckill_campaign_store(int64 id, const char *goods, TimestampTz starts_at,
 	if (c == NULL)
 	{
 		LWLockRelease(seckill_shared->campaigns_lock);
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("too many preheated campaigns"),
-				 errdetail("seckill.max_campaigns is %d.", seckill_max_campaigns),
-				 errhint("Close finished campaigns with seckill_close(), or raise seckill.max_campaigns and restart the server.")));
+		return false;
 	}
 	c->id = id;
 	strlcpy(c->goods, goods, sizeof(c->goods));
@@ -445,6 +452,7 @@ seckill_campaign_store(int64 id, const char *goods, TimestampTz starts_at,
 	c->per_user_limit = per_user_limit;
 	pg_atomic_write_u32(&c->sold_out, sold_out ? 1 : 0);
 	LWLockRelease(seckill_shared->campaigns_lock);
+	return true;
 }
 
 void

@@ -47,6 +47,7 @@ typedef enum SeckillSlotState
 typedef struct SeckillReply
 {
 	SeckillStatus status;
+	int			sqlerrcode;		/* for SK_ERR_INVALID; 0 for the default */
 	int64		order_id;
 	int64		values[SK_REPLY_VALUES];	/* per request kind */
 	char		message[SK_MESSAGE_LEN];	/* for failures */
@@ -123,7 +124,8 @@ extern bool seckill_slot_take(int slot, SeckillRequest *request, uint64 *seq);
 extern void seckill_slot_reply(int slot, uint64 seq, const SeckillReply *reply);
 extern void seckill_fail_taken_slots(const char *why);
 extern SeckillCampaign *seckill_campaign_find(int64 id);
-extern void seckill_campaign_store(int64 id, const char *goods, TimestampTz starts_at,
+extern bool seckill_campaign_has_room(int64 id);
+extern bool seckill_campaign_store(int64 id, const char *goods, TimestampTz starts_at,
 								   TimestampTz ends_at, int per_user_limit, bool sold_out);
 extern void seckill_campaign_forget(int64 id);
 

@@ -26,6 +26,7 @@
 #include "storage/proc.h"
 #include "store.h"
 #include "tcop/tcopprot.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 
 PGDLLEXPORT void seckill_worker_main(Datum main_arg);
@@ -43,8 +44,23 @@ static MemoryContext round_cxt = NULL;
 
 static void serve_admin(const SeckillRequest *request, SeckillReply *reply);
 
-/* Set when Redis may hold reservations nobody has settled yet. */
+/*
+ * Set when Redis may hold reservations nobody has settled yet: after a failed
+ * round trip, and for every new connection (Redis may have restarted from a
+ * snapshot that holds old journal entries).
+ */
 static bool needs_replay = true;
+static uint64 replayed_generation = 0;
+
+/*
+ * Committed orders whose journal entries Redis still holds.  They are dropped
+ * by HDELs at the head of the next round's pipeline, so that a busy round
+ * costs one Redis round trip, or by their own pipeline before the worker
+ * sleeps or serves admin requests.  Until then the journal over-counts, never
+ * under-counts: a replay finds their orders and just drops the entries.
+ */
+static SkOrder *settled = NULL;
+static int	nsettled = 0;
 
 /* The install_generation our order ids belong to. */
 static uint32 seen_generation = 0;
@@ -55,6 +71,29 @@ worker_exit(int code, Datum arg)
 	seckill_shared->worker_latch = NULL;
 	seckill_shared->worker_pid = 0;
 	seckill_fail_taken_slots("the seckill worker stopped while it held this request");
+}
+
+/*
+ * Connected to Redis, with its journals replayed since this connection was
+ * made?  Purchases and admin work wait for both.
+ */
+static bool
+redis_ready(void)
+{
+	if (!sk_redis_connect())
+		return false;
+	if (needs_replay || replayed_generation != sk_redis_generation())
+	{
+		if (!sk_replay_all())
+		{
+			needs_replay = true;
+			return false;
+		}
+		needs_replay = false;
+		replayed_generation = sk_redis_generation();
+		nsettled = 0;			/* the replay dropped their entries */
+	}
+	return true;
 }
 
 static void
@@ -82,18 +121,9 @@ status_from_script(const char *s)
 	for (int i = 0; i < lengthof(statuses); i++)
 		if (strcmp(s, seckill_status_name(statuses[i])) == 0)
 			return statuses[i];
-	return SK_ERR_REDIS;
+	return SK_ERR_REDIS_REFUSED;
 }
 
-/*
- * Committed orders whose journal entries Redis still holds.  They are dropped
- * by HDELs at the head of the next round's pipeline, so that a busy round
- * costs one Redis round trip, or by their own pipeline before the worker
- * sleeps or serves admin requests.  Until then the journal over-counts, never
- * under-counts: a replay finds their orders and just drops the entries.
- */
-static SkOrder *settled = NULL;
-static int	nsettled = 0;
 
 static void flush_settles(void);
 
@@ -208,7 +238,7 @@ serve_purchases(RoundItem **items, int n)
 	int64	   *rebuild = palloc(sizeof(int64) * n);
 	int			nrebuild = 0;
 
-	if (!sk_redis_connect() || needs_replay)
+	if (!redis_ready())
 	{
 		fail_all(items, n, SK_ERR_REDIS, sk_redis_error());
 		return;
@@ -261,7 +291,7 @@ serve_purchases(RoundItem **items, int n)
 		if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
 			r->element[0].str == NULL)
 		{
-			sk_reply_error(reply, SK_ERR_REDIS, "the purchase script failed in Redis: %s",
+			sk_reply_error(reply, SK_ERR_REDIS_REFUSED, "the purchase script failed: %s",
 						   r->str ? r->str : "unexpected reply");
 			answer(items[i]);
 			continue;
@@ -275,6 +305,9 @@ serve_purchases(RoundItem **items, int n)
 			continue;
 		}
 		reply->status = status_from_script(r->element[0].str);
+		if (reply->status == SK_ERR_REDIS_REFUSED)
+			snprintf(reply->message, sizeof(reply->message),
+					 "the purchase script answered \"%s\"", r->element[0].str);
 		if (reply->status == SK_OK)
 		{
 			orders[naccepted] = orders[i];
@@ -342,15 +375,18 @@ serve_admin(const SeckillRequest *request, SeckillReply *reply)
 		MemoryContextSwitchTo(cxt);
 		sk_release_lock();
 		sk_reply_error(reply, SK_ERR_INVALID, "%s", edata->message);
+		reply->sqlerrcode = edata->sqlerrcode;
 	}
 	PG_END_TRY();
 }
 
+/* A round's requests: allocated once, so that nothing can fail between drain and take. */
+static RoundItem *items = NULL;
+static RoundItem **buys = NULL;
+
 static void
 serve_round(const int *slots, int n)
 {
-	RoundItem  *items = palloc0(sizeof(RoundItem) * n);
-	RoundItem **buys = palloc(sizeof(RoundItem *) * n);
 	int			nitems = 0,
 				nbuys = 0;
 
@@ -358,6 +394,7 @@ serve_round(const int *slots, int n)
 	{
 		RoundItem  *item = &items[nitems];
 
+		memset(item, 0, sizeof(RoundItem));
 		if (!seckill_slot_take(slots[i], &item->request, &item->seq))
 			continue;
 		item->slot = slots[i];
@@ -382,9 +419,7 @@ serve_round(const int *slots, int n)
 			answer(&items[i]);
 			continue;
 		}
-		if (sk_redis_connect() && needs_replay)
-			needs_replay = !sk_replay_all();
-		if (!sk_redis_connected() || needs_replay)
+		if (!redis_ready())
 		{
 			sk_reply_error(&items[i].reply, SK_ERR_REDIS, "%s", sk_redis_error());
 			answer(&items[i]);
@@ -414,8 +449,12 @@ load_campaign_cache(void)
 	{
 		SkCampaignRow *row = lfirst(lc);
 
-		seckill_campaign_store(row->id, row->goods, row->starts_at, row->ends_at,
-							   row->per_user_limit, row->sold >= row->total_stock);
+		if (!seckill_campaign_store(row->id, row->goods, row->starts_at, row->ends_at,
+									row->per_user_limit, row->sold >= row->total_stock))
+			ereport(WARNING,
+					(errmsg("seckill cannot cache campaign " INT64_FORMAT " (\"%s\"): more campaigns are preheated than seckill.max_campaigns (%d)",
+							row->id, row->goods, seckill_max_campaigns),
+					 errhint("Its sales go through the worker without the sold-out shortcut; close finished campaigns or raise seckill.max_campaigns.")));
 	}
 }
 
@@ -426,12 +465,18 @@ seckill_worker_main(Datum main_arg)
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
+	/* a cancel would end a round midway: the worker has no statement to cancel */
+	pqsignal(SIGINT, SIG_IGN);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(seckill_database, NULL, 0);
+	/* "ok" means committed: no database or role setting may make it less durable */
+	SetConfigOption("synchronous_commit", "on", PGC_SUSET, PGC_S_OVERRIDE);
 
 	round_cxt = AllocSetContextCreate(TopMemoryContext, "seckill round", ALLOCSET_DEFAULT_SIZES);
 	slots = MemoryContextAlloc(TopMemoryContext, sizeof(int) * MaxBackends);
 	settled = MemoryContextAlloc(TopMemoryContext, sizeof(SkOrder) * MaxBackends);
+	items = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem) * MaxBackends);
+	buys = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem *) * MaxBackends);
 
 	seckill_fail_taken_slots("the seckill worker restarted while it held this request");
 	before_shmem_exit(worker_exit, 0);
@@ -461,12 +506,8 @@ seckill_worker_main(Datum main_arg)
 		MemoryContextReset(round_cxt);
 		MemoryContextSwitchTo(round_cxt);
 
-		if (needs_replay && sk_redis_connect())
-		{
-			needs_replay = !sk_replay_all();
-			if (!needs_replay)
-				nsettled = 0;	/* the replay dropped their entries */
-		}
+		if (needs_replay)
+			(void) redis_ready();
 
 		n = seckill_queue_drain(slots, Min(seckill_batch_size, MaxBackends));
 		if (n > 0)

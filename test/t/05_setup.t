@@ -28,6 +28,7 @@ out=$(psql_val "SELECT seckill_preheat('cap-over')" 2>&1)
 ok "[[ \"\$out\" == *'too many preheated campaigns'* ]]" "the 65th: ${out//$'\n'/ }"
 out=$(psql_val "SELECT seckill_preheat('cap-over')" 2>&1)
 ok "[[ \"\$out\" == *'too many preheated campaigns'* ]]" "again: the same error, not a lock left held"
+is "$(psql_val "SELECT status FROM seckill_buy('u', 'cap-over')")" not_started "the refused campaign is not on sale"
 is "$(psql_val "SELECT count(*) FROM seckill.campaigns c, LATERAL seckill_close(c.goods)
 	WHERE c.goods LIKE 'cap-%' AND c.state <> 'closed'")" $((65 - open)) "closed again"
 done_testing

@@ -64,4 +64,25 @@ is "$(psql_val "SELECT redis_stock_before || ' ' || expected_stock || ' ' || rep
 is "$(psql_val "SELECT redis_stock || ' ' || redis_buyers || ' ' || sold_out_cached FROM seckill_status('$goods')")" \
 	"0 10 true" "Redis: 0 left, 10 buyers; backends know it is sold out"
 is "$(psql_val "SELECT repaired FROM seckill_reconcile('$goods')")" f "a second reconcile finds nothing"
+
+# 4. A lease left by a dead worker of this cluster is taken over; one of
+#    another cluster sharing the Redis is respected.
+lock="seckill:{c:$cid}:lock"
+sysid=$(psql_val "SELECT system_identifier FROM pg_control_system()")
+seckill_redis_cli SET "$lock" "$sysid:1:1:1" PX 60000 >/dev/null
+is "$(psql_val "SELECT repaired FROM seckill_reconcile('$goods')")" f "a dead worker's lease is taken over"
+is "$(seckill_redis_cli EXISTS "$lock")" 0 "and released"
+seckill_redis_cli SET "$lock" "12345:1:1:1" PX 60000 >/dev/null
+out=$(psql -XAtq -v VERBOSITY=verbose -c "SELECT * FROM seckill_reconcile('$goods')" 2>&1)
+ok "[[ \"\$out\" == *55P03*'locked by another PostgreSQL cluster'* ]]" "another cluster's lease is respected: ${out%%$'\n'*}"
+seckill_redis_cli DEL "$lock" >/dev/null
+
+# 5. Redis refuses writes (maxmemory): a clear error, and sales resume after.
+psql_val "SELECT seckill_campaign_create('$goods-oom', 5)" >/dev/null
+is "$(psql_val "SELECT seckill_preheat('$goods-oom')")" 5 "another campaign preheated"
+seckill_redis_cli CONFIG SET maxmemory 1 >/dev/null
+out=$(psql -XAtq -v VERBOSITY=verbose -c "SELECT * FROM seckill_buy('w1', '$goods-oom')" 2>&1)
+seckill_redis_cli CONFIG SET maxmemory 0 >/dev/null
+ok "[[ \"\$out\" == *38000*\"Redis refused seckill's request\"*OOM* ]]" "Redis out of memory: ${out%%$'\n'*}"
+is "$(psql_val "SELECT status FROM seckill_buy('w1', '$goods-oom')")" ok "the next call buys"
 done_testing

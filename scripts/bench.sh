@@ -10,7 +10,8 @@
 #   5 seckill_buy after sell-out    answered from shared memory
 #   6 Redis alone                   redis-benchmark running lua/buy.lua, unpipelined / pipelined
 # Rows 2-4 run durable (synchronous_commit = on); their "off" figures are an
-# extra column.  Prints a Markdown table with ratios to rows 1 and 2, the
+# extra column (the worker commits durably whatever the setting, so for row 4
+# it only changes the callers' sessions).  Prints a Markdown table with ratios to rows 1 and 2, the
 # worker's counters, checks that nothing was oversold or sold twice (and fails
 # loudly if so), and writes throughput.svg and results.md into the output
 # directory.  --smoke is the short run CI uses to check that all of it works.

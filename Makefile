@@ -28,5 +28,6 @@ CONTRIB_TESTDB = postgres
 src/lua_scripts.h: $(LUA) lua/embed.sh
 	sh lua/embed.sh $(LUA) > $@
 
-# only redis.c embeds the scripts; the bitcode for JIT inlining needs them too
-src/redis.o src/redis.bc: src/lua_scripts.h
+# PGXS tracks no header dependencies: every object depends on every header
+# (the bitcode for JIT inlining too), and redis.c embeds the scripts.
+$(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h) src/lua_scripts.h

@@ -17,6 +17,11 @@ CREATE TABLE seckill.campaigns (
 	per_user_limit int NOT NULL DEFAULT 1 CHECK (per_user_limit >= 1),
 	state text NOT NULL DEFAULT 'draft'
 		CHECK (state IN ('draft', 'preheated', 'closed')),
+	-- a reserved order not paid within this is cancelled by
+	-- seckill_release_expired(); NULL: never
+	payment_timeout interval CHECK (payment_timeout > interval '0'),
+	-- may a buyer whose order was cancelled buy again?
+	rebuy_after_cancel boolean NOT NULL DEFAULT true,
 	created_at timestamptz NOT NULL DEFAULT now(),
 	closed_at timestamptz,
 	CONSTRAINT campaigns_sold_within_stock CHECK (sold <= total_stock),
@@ -36,8 +41,11 @@ CREATE TABLE seckill.orders (
 	qty int NOT NULL CHECK (qty >= 1),
 	status text NOT NULL DEFAULT 'reserved'
 		CHECK (status IN ('reserved', 'paid', 'cancelled')),
-	created_at timestamptz NOT NULL DEFAULT now()
+	created_at timestamptz NOT NULL DEFAULT now(),
+	paid_at timestamptz,
+	cancelled_at timestamptz
 );
+CREATE INDEX orders_reserved ON seckill.orders (campaign_id, created_at) WHERE status = 'reserved';
 CREATE UNIQUE INDEX orders_one_active_per_user
 	ON seckill.orders (campaign_id, user_id) WHERE status <> 'cancelled';
 
@@ -57,7 +65,9 @@ CREATE FUNCTION @extschema@.seckill_campaign_create(
 	total_stock int,
 	starts_at timestamptz DEFAULT now(),
 	ends_at timestamptz DEFAULT 'infinity',
-	per_user_limit int DEFAULT 1)
+	per_user_limit int DEFAULT 1,
+	payment_timeout interval DEFAULT NULL,
+	rebuy_after_cancel boolean DEFAULT true)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -78,6 +88,11 @@ BEGIN
 		RAISE EXCEPTION 'per_user_limit must be at least 1'
 			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
+	IF payment_timeout <= interval '0' THEN
+		RAISE EXCEPTION 'payment_timeout must be positive'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Pass NULL for orders that never expire.';
+	END IF;
 	IF starts_at IS NULL OR ends_at IS NULL OR starts_at >= ends_at THEN
 		RAISE EXCEPTION 'the sale window must start before it ends'
 			USING ERRCODE = 'invalid_parameter_value',
@@ -89,8 +104,10 @@ BEGIN
 			USING ERRCODE = 'unique_violation',
 				  HINT = 'Close it with seckill_close() first.';
 	END IF;
-	INSERT INTO seckill.campaigns (goods, total_stock, starts_at, ends_at, per_user_limit)
-	VALUES (goods, total_stock, starts_at, ends_at, per_user_limit)
+	INSERT INTO seckill.campaigns (goods, total_stock, starts_at, ends_at, per_user_limit,
+		payment_timeout, rebuy_after_cancel)
+	VALUES (goods, total_stock, starts_at, ends_at, per_user_limit,
+		payment_timeout, coalesce(rebuy_after_cancel, true))
 	RETURNING id INTO new_id;
 	RETURN new_id;
 END
@@ -115,6 +132,63 @@ CREATE FUNCTION @extschema@.seckill_close(goods text)
 RETURNS int
 AS 'MODULE_PATHNAME', 'seckill_close'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- Payment of a reserved order.  Idempotent: paying a paid order is a no-op.
+CREATE FUNCTION @extschema@.seckill_pay(order_id bigint)
+RETURNS text
+LANGUAGE plpgsql
+-- the application role that may pay needs no UPDATE on seckill.orders
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	s text;
+BEGIN
+	IF order_id IS NULL THEN
+		RAISE EXCEPTION 'order_id must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	SELECT o.status INTO s FROM seckill.orders o WHERE o.id = seckill_pay.order_id FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'no order %', order_id USING ERRCODE = 'no_data_found';
+	END IF;
+	IF s = 'cancelled' THEN
+		RAISE EXCEPTION 'order % is cancelled', order_id
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  HINT = 'Its stock went back on sale; the buyer may buy again if the campaign allows it.';
+	END IF;
+	IF s = 'reserved' THEN
+		UPDATE seckill.orders o SET status = 'paid', paid_at = now() WHERE o.id = seckill_pay.order_id;
+	END IF;
+	RETURN 'paid';
+END
+$$;
+
+-- Cancellation of a reserved order: its stock goes back on sale, in
+-- PostgreSQL and in Redis.  Idempotent: cancelling a cancelled order is a no-op.
+CREATE FUNCTION @extschema@.seckill_cancel(order_id bigint)
+RETURNS text
+AS 'MODULE_PATHNAME', 'seckill_cancel'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- Cancels the reserved orders of one campaign that outlived its
+-- payment_timeout, in batches, under the campaign's lock.
+CREATE FUNCTION seckill.release_campaign(campaign_id bigint,
+	OUT released int, OUT released_qty int)
+AS 'MODULE_PATHNAME', 'seckill_release_campaign'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.seckill_release_expired()
+RETURNS TABLE (campaign_id bigint, campaign_goods text, released int, released_qty int)
+LANGUAGE sql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT c.id, c.goods, r.*
+	FROM seckill.campaigns c,
+		 LATERAL seckill.release_campaign(c.id) r
+	WHERE c.state = 'preheated' AND c.payment_timeout IS NOT NULL
+	ORDER BY c.id
+$$;
 
 -- The Redis side of one campaign, as the worker sees it.
 CREATE FUNCTION seckill.redis_state(campaign_id bigint,
@@ -204,7 +278,11 @@ SELECT seckill.reset_shared_state();
 
 -- Admin functions are for the DBA; applications get seckill_buy and
 -- seckill_order through explicit GRANTs (see the README).
-REVOKE ALL ON FUNCTION @extschema@.seckill_campaign_create(text, int, timestamptz, timestamptz, int) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.seckill_campaign_create(text, int, timestamptz, timestamptz, int, interval, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.seckill_pay(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.seckill_cancel(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.seckill_release_expired() FROM PUBLIC;
+REVOKE ALL ON FUNCTION seckill.release_campaign(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_preheat(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_close(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_status(text) FROM PUBLIC;

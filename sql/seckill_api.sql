@@ -118,12 +118,41 @@ SELECT status FROM seckill_buy('alice', 'rollback');
 ROLLBACK;
 SELECT status, qty FROM seckill_order('alice', 'rollback');
 
+-- payment and cancellation
+SELECT seckill_campaign_create('pay', 2) IS NOT NULL AS created;
+SELECT seckill_preheat('pay');
+SELECT order_id AS alice_order FROM seckill_buy('alice', 'pay') \gset
+SELECT order_id AS bob_order FROM seckill_buy('bob', 'pay') \gset
+SELECT seckill_pay(:alice_order);
+SELECT seckill_pay(:alice_order);                      -- idempotent
+SELECT seckill_cancel(:alice_order);                   -- paid: refunds are not seckill's
+SELECT seckill_cancel(:bob_order);
+SELECT seckill_cancel(:bob_order);                     -- idempotent
+SELECT seckill_pay(:bob_order);
+SELECT seckill_pay(-1);
+SELECT seckill_cancel(-1);
+SELECT seckill_pay(NULL);
+SELECT seckill_cancel(NULL);
+SELECT user_id, status, paid_at IS NOT NULL AS paid, cancelled_at IS NOT NULL AS cancelled
+FROM seckill.orders WHERE id IN (:alice_order, :bob_order) ORDER BY id;
+SELECT sold, pg_stock, redis_stock, redis_buyers, sold_out_cached FROM seckill_status('pay');
+SELECT status FROM seckill_buy('bob', 'pay');          -- the campaign lets him buy again
+SELECT status FROM seckill_buy('carol', 'pay');
+SELECT seckill_campaign_create('once', 2, rebuy_after_cancel => false) IS NOT NULL AS created;
+SELECT seckill_preheat('once');
+SELECT seckill_cancel(order_id) FROM seckill_buy('dave', 'once');
+SELECT status FROM seckill_buy('dave', 'once');        -- this one does not
+SELECT status FROM seckill_buy('erin', 'once');
+SELECT seckill_campaign_create('bad', 1, payment_timeout => '0 seconds');
+SELECT campaign_goods, released FROM seckill_release_expired();  -- no campaign has a timeout
+
 -- privileges: admin functions are not for PUBLIC; an app role gets what the README grants
 CREATE ROLE seckill_nobody;
 CREATE ROLE seckill_app;
 GRANT USAGE ON SCHEMA seckill TO seckill_app;
 GRANT SELECT ON seckill.campaigns, seckill.orders TO seckill_app;
-GRANT EXECUTE ON FUNCTION seckill_buy(text, text, int), seckill_order(text, text) TO seckill_app;
+GRANT EXECUTE ON FUNCTION seckill_buy(text, text, int), seckill_order(text, text),
+	seckill_pay(bigint), seckill_cancel(bigint) TO seckill_app;
 SET ROLE seckill_nobody;
 SELECT * FROM seckill_buy('mallory', 'rollback');
 SELECT seckill_preheat('rollback');
@@ -132,6 +161,7 @@ RESET ROLE;
 SET ROLE seckill_app;
 SELECT status FROM seckill_buy('app-user', 'rollback');
 SELECT status FROM seckill_order('app-user', 'rollback');
+SELECT seckill_pay(order_id) FROM seckill_order('app-user', 'rollback');
 SELECT seckill_close('rollback');
 SELECT * FROM seckill_reconcile();
 SELECT * FROM seckill_status('rollback');

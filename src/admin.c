@@ -20,6 +20,8 @@ PG_FUNCTION_INFO_V1(seckill_redis_state);
 PG_FUNCTION_INFO_V1(seckill_reconcile_campaign);
 PG_FUNCTION_INFO_V1(seckill_reset_shared_state);
 PG_FUNCTION_INFO_V1(seckill_worker_counters);
+PG_FUNCTION_INFO_V1(seckill_cancel);
+PG_FUNCTION_INFO_V1(seckill_release_campaign);
 
 /* The id of the open campaign for goods; ERROR when there is none. */
 int64
@@ -146,4 +148,28 @@ seckill_worker_counters(PG_FUNCTION_ARGS)
 	v[3] = pg_atomic_read_u64(&c->commits);
 	v[4] = pg_atomic_read_u64(&c->compensations);
 	return values_row(fcinfo, v, 5);
+}
+
+/* seckill_cancel(order_id bigint) RETURNS text: 'cancelled' */
+Datum
+seckill_cancel(PG_FUNCTION_ARGS)
+{
+	SeckillRequest request = {.kind = SK_REQ_CANCEL};
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("order_id must not be null")));
+	request.order_id = PG_GETARG_INT64(0);
+	(void) seckill_request_checked(&request);
+	PG_RETURN_TEXT_P(cstring_to_text("cancelled"));
+}
+
+/* seckill.release_campaign(campaign_id) RETURNS (released, released_qty) */
+Datum
+seckill_release_campaign(PG_FUNCTION_ARGS)
+{
+	SeckillReply reply = seckill_call_checked(SK_REQ_RELEASE, PG_GETARG_INT64(0), NULL, 0);
+
+	return values_row(fcinfo, reply.values, 2);
 }

@@ -27,5 +27,6 @@ extern bool seckill_campaign_by_goods(const char *goods, CampaignInfo *info);
 extern int64 seckill_open_campaign_id(const char *goods);
 extern SeckillReply seckill_call_checked(SeckillRequestKind kind, int64 campaign_id,
 										 const char *user_id, int qty);
+extern SeckillReply seckill_request_checked(const SeckillRequest *request);
 
 #endif							/* SECKILL_BACKEND_H */

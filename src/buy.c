@@ -95,7 +95,6 @@ SeckillReply
 seckill_call_checked(SeckillRequestKind kind, int64 campaign_id, const char *user_id, int qty)
 {
 	SeckillRequest request;
-	SeckillReply reply;
 
 	memset(&request, 0, sizeof(request));
 	request.kind = kind;
@@ -103,7 +102,14 @@ seckill_call_checked(SeckillRequestKind kind, int64 campaign_id, const char *use
 	request.qty = qty;
 	if (user_id)
 		strlcpy(request.user_id, user_id, sizeof(request.user_id));
-	reply = seckill_call(&request);
+	return seckill_request_checked(&request);
+}
+
+SeckillReply
+seckill_request_checked(const SeckillRequest *request)
+{
+	SeckillRequestKind kind = request->kind;
+	SeckillReply reply = seckill_call(request);
 
 	switch (reply.status)
 	{

@@ -25,6 +25,9 @@
 /* Users per SADD when staging buyers. */
 #define STAGE_CHUNK 1000
 
+/* Orders cancelled per transaction by seckill_release_expired(). */
+#define RELEASE_BATCH 1000
+
 static uint64 lock_counter = 0;
 
 /* The lease held now, if any, so that it can be released after an error. */
@@ -494,6 +497,89 @@ reconcile_locked(int64 id, SeckillReply *reply)
 	reply->values[6] = repaired;
 }
 
+/*
+ * Give back to Redis what PostgreSQL cancelled (committed already).  Should
+ * Redis fail here, its stock stays short until the next reconcile, which
+ * takes it from PostgreSQL: a cancelled item is never sold twice.
+ */
+static void
+restock(const SkCancelled *c)
+{
+	SkPipeline	p;
+	SkReply    *r;
+	const char *keys[2] = {sk_campaign_key(c->campaign_id, "meta"),
+	sk_campaign_key(c->campaign_id, "buyers")};
+	const char **args = palloc(sizeof(char *) * (2 + list_length(c->users)));
+	int			nargs = 0;
+	ListCell   *lc;
+
+	args[nargs++] = psprintf("%d", c->qty);
+	args[nargs++] = c->rebuy ? "1" : "0";
+	foreach(lc, c->users)
+		args[nargs++] = lfirst(lc);
+	sk_pipeline_init(&p);
+	sk_pipeline_script(&p, SK_SCRIPT_RESTOCK, 2, keys, nargs, args);
+	r = sk_pipeline_exec(&p);
+	if (r == NULL || sk_reply_is_error(&r[0]))
+		ereport(WARNING,
+				(errmsg("seckill could not give %d item(s) of campaign " INT64_FORMAT " back to Redis: %s",
+						c->qty, c->campaign_id, r ? r[0].str : sk_redis_error()),
+				 errhint("seckill_reconcile() puts them back from PostgreSQL.")));
+	else
+		sk_note_stock(c->campaign_id, sk_reply_int(&r[0]));
+}
+
+static void
+cancel_order(int64 order_id, SeckillReply *reply)
+{
+	SkCancelled c = {0};
+
+	store_begin("seckill: cancel order");
+	store_cancel_order(order_id, &c);
+	store_commit();
+	if (c.status[0] == '\0')
+	{
+		sk_reply_error(reply, SK_ERR_INVALID, "no order " INT64_FORMAT, order_id);
+		reply->sqlerrcode = ERRCODE_NO_DATA_FOUND;
+		return;
+	}
+	if (strcmp(c.status, "paid") == 0)
+	{
+		sk_reply_error(reply, SK_ERR_INVALID,
+					   "order " INT64_FORMAT " is paid; a paid order is refunded outside seckill", order_id);
+		return;
+	}
+	if (c.qty > 0)
+		restock(&c);
+	reply->status = SK_OK;
+}
+
+/* Cancel the campaign's unpaid orders past its payment timeout, a batch per transaction. */
+static void
+release_locked(int64 id, SeckillReply *reply)
+{
+	int			n;
+
+	reply->status = SK_OK;
+	do
+	{
+		SkCancelled c = {0};
+
+		CHECK_FOR_INTERRUPTS();
+		store_begin("seckill: release expired orders");
+		n = store_release_expired(id, RELEASE_BATCH, &c);
+		store_commit();
+		if (n > 0)
+			restock(&c);
+		reply->values[0] += n;
+		reply->values[1] += c.qty;
+	} while (n == RELEASE_BATCH);
+	if (reply->values[0] > 0)
+		ereport(LOG,
+				(errmsg("seckill released " INT64_FORMAT " unpaid order(s) of campaign " INT64_FORMAT " (" INT64_FORMAT " item(s))",
+						reply->values[0], id, reply->values[1])));
+}
+
 void
 sk_serve_admin(const SeckillRequest *request, SeckillReply *reply)
 {
@@ -502,6 +588,11 @@ sk_serve_admin(const SeckillRequest *request, SeckillReply *reply)
 	if (request->kind == SK_REQ_STATUS)
 	{
 		status(id, reply);
+		return;
+	}
+	if (request->kind == SK_REQ_CANCEL)
+	{
+		cancel_order(request->order_id, reply);
 		return;
 	}
 	if (campaign_lock(id, reply) == NULL)
@@ -516,6 +607,9 @@ sk_serve_admin(const SeckillRequest *request, SeckillReply *reply)
 			break;
 		case SK_REQ_RECONCILE:
 			reconcile_locked(id, reply);
+			break;
+		case SK_REQ_RELEASE:
+			release_locked(id, reply);
 			break;
 		default:
 			elog(ERROR, "unexpected seckill request kind %d", request->kind);

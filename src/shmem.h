@@ -29,6 +29,8 @@ typedef enum SeckillRequestKind
 	SK_REQ_CLOSE,
 	SK_REQ_STATUS,
 	SK_REQ_RECONCILE,
+	SK_REQ_CANCEL,				/* cancel one order (request.order_id) */
+	SK_REQ_RELEASE,				/* cancel the unpaid orders past the payment timeout */
 	SK_REQ_BARRIER				/* answered once every earlier request is settled */
 } SeckillRequestKind;
 
@@ -57,6 +59,7 @@ typedef struct SeckillRequest
 {
 	SeckillRequestKind kind;
 	int64		campaign_id;
+	int64		order_id;		/* for SK_REQ_CANCEL */
 	int32		qty;
 	char		user_id[SECKILL_MAX_USER_LEN + 1];
 } SeckillRequest;

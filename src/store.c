@@ -440,3 +440,80 @@ store_set_state(int64 campaign_id, const char *state)
 		"closed_at = CASE WHEN $2 = 'closed' THEN now() END WHERE id = $1",
 		2, types, values, SPI_OK_UPDATE);
 }
+
+/*
+ * Inside a transaction: the unpaid orders in ids (NULL: this campaign's
+ * orders past its payment timeout, at most limit of them) become cancelled,
+ * and the campaign's "sold" drops by their quantity.  Returns how many.
+ */
+static int
+cancel_orders(const char *which, int nargs, Oid *types, Datum *values, SkCancelled *out)
+{
+	char	   *sql = psprintf(
+							   "WITH x AS (%s), "
+							   "cancelled AS ("
+							   "  UPDATE seckill.orders o SET status = 'cancelled', cancelled_at = now()"
+							   "  FROM x WHERE o.id = x.id AND o.status = 'reserved'"
+							   "  RETURNING o.campaign_id, o.user_id, o.qty), "
+							   "total AS (SELECT campaign_id, sum(qty)::int AS qty FROM cancelled GROUP BY campaign_id), "
+							   "counted AS ("
+							   "  UPDATE seckill.campaigns c SET sold = c.sold - t.qty FROM total t"
+							   "  WHERE c.id = t.campaign_id RETURNING c.id, c.rebuy_after_cancel) "
+							   "SELECT k.campaign_id, k.user_id, k.qty, n.rebuy_after_cancel "
+							   "FROM cancelled k JOIN counted n ON n.id = k.campaign_id",
+							   which);
+	MemoryContext spi_cxt;
+
+	run(sql, nargs, types, values, SPI_OK_SELECT);
+	spi_cxt = MemoryContextSwitchTo(caller_cxt);
+	out->qty = 0;
+	out->users = NIL;
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+
+		out->campaign_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		out->users = lappend(out->users, TextDatumGetCString(SPI_getbinval(tup, desc, 2, &isnull)));
+		out->qty += DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+		out->rebuy = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
+	}
+	MemoryContextSwitchTo(spi_cxt);
+	return (int) SPI_processed;
+}
+
+/* Inside a transaction: cancel one order if it is reserved; out->status says what it was. */
+void
+store_cancel_order(int64 order_id, SkCancelled *out)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(order_id)};
+	bool		isnull;
+
+	out->status[0] = '\0';
+	run("SELECT status, campaign_id FROM seckill.orders WHERE id = $1 FOR UPDATE",
+		1, types, values, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		return;
+	strlcpy(out->status, TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)),
+			sizeof(out->status));
+	out->campaign_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	if (strcmp(out->status, "reserved") == 0)
+		(void) cancel_orders("SELECT $1::bigint AS id", 1, types, values, out);
+}
+
+/* Inside a transaction: cancel up to limit expired unpaid orders of a campaign. */
+int
+store_release_expired(int64 campaign_id, int limit, SkCancelled *out)
+{
+	Oid			types[2] = {INT8OID, INT4OID};
+	Datum		values[2] = {Int64GetDatum(campaign_id), Int32GetDatum(limit)};
+
+	out->campaign_id = campaign_id;
+	return cancel_orders("SELECT o.id FROM seckill.orders o JOIN seckill.campaigns c ON c.id = o.campaign_id"
+						 " WHERE o.campaign_id = $1 AND o.status = 'reserved'"
+						 "   AND o.created_at < now() - c.payment_timeout"
+						 " ORDER BY o.id LIMIT $2 FOR UPDATE OF o SKIP LOCKED",
+						 2, types, values, out);
+}

@@ -50,4 +50,17 @@ extern List *store_campaigns_in_state(const char *state);
 extern List *store_buyers(int64 campaign_id);
 extern void store_set_state(int64 campaign_id, const char *state);
 
+/* Orders given back by a cancellation: what Redis must get back. */
+typedef struct SkCancelled
+{
+	int64		campaign_id;
+	bool		rebuy;			/* may the buyers buy again? */
+	int			qty;			/* total quantity */
+	List	   *users;			/* char * */
+	char		status[16];		/* for one order: its status before, or "" if none */
+} SkCancelled;
+
+extern void store_cancel_order(int64 order_id, SkCancelled *out);
+extern int	store_release_expired(int64 campaign_id, int limit, SkCancelled *out);
+
 #endif							/* SECKILL_STORE_H */

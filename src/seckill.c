@@ -11,6 +11,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
+#include "storage/ipc.h"
 #include "shmem.h"
 #include "utils/guc.h"
 
@@ -29,6 +30,31 @@ int			seckill_redis_timeout = 1000;
 int			seckill_batch_size = 1000;
 int			seckill_max_campaigns = 64;
 int			seckill_lock_lease = 30000;
+int			seckill_crash_point = SK_CRASH_NONE;
+
+static const struct config_enum_entry crash_points[] = {
+	{"none", SK_CRASH_NONE, false},
+	{"after_reserve", SK_CRASH_AFTER_RESERVE, false},
+	{"after_commit", SK_CRASH_AFTER_COMMIT, false},
+	{"before_wake", SK_CRASH_BEFORE_WAKE, false},
+	{NULL, 0, false}
+};
+
+/*
+ * Die here if the fault tests asked for it: the worker exits as after a
+ * fatal error, and the postmaster starts a new one, which must settle
+ * whatever this one left.
+ */
+void
+seckill_crash_if(SeckillCrashPoint point)
+{
+	if (seckill_crash_point == point)
+	{
+		ereport(LOG, (errmsg("seckill worker stops at crash point \"%s\" (seckill.crash_point)",
+							 crash_points[point].name)));
+		proc_exit(1);
+	}
+}
 
 static const char *const status_names[] = {
 	[SK_OK] = "ok",
@@ -109,6 +135,11 @@ define_gucs(void)
 							"Lease of the Redis lock the worker holds over a campaign's admin work.",
 							NULL, &seckill_lock_lease, 30000, 100, 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomEnumVariable("seckill.crash_point",
+							 "Makes the worker stop at a point of a round, for fault tests.",
+							 "Never set it in production: every round would stop there.",
+							 &seckill_crash_point, SK_CRASH_NONE, crash_points,
+							 PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("seckill");
 }
 

@@ -55,6 +55,18 @@ extern int	seckill_batch_size;
 extern int	seckill_max_campaigns;
 extern int	seckill_lock_lease;
 
+/* For fault tests: where the worker dies on purpose (a superuser's setting). */
+typedef enum SeckillCrashPoint
+{
+	SK_CRASH_NONE,
+	SK_CRASH_AFTER_RESERVE,		/* Redis reserved, nothing committed */
+	SK_CRASH_AFTER_COMMIT,		/* committed, journal not settled, nobody woken */
+	SK_CRASH_BEFORE_WAKE		/* committed and settled, nobody woken */
+} SeckillCrashPoint;
+
+extern int	seckill_crash_point;
+extern void seckill_crash_if(SeckillCrashPoint point);
+
 /* Timestamps travel to Redis as microseconds since the Unix epoch. */
 extern int64 seckill_unix_usec(TimestampTz ts);
 

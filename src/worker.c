@@ -321,18 +321,25 @@ serve_purchases(RoundItem **items, int n)
 
 	if (naccepted > 0)
 	{
+		seckill_crash_if(SK_CRASH_AFTER_RESERVE);
 		store_begin("seckill: commit orders");
 		store_commit_orders(orders, naccepted);
 		store_commit();
 		pg_atomic_fetch_add_u64(&seckill_shared->counters.commits, 1);
+		seckill_crash_if(SK_CRASH_AFTER_COMMIT);
+		for (int i = 0; i < naccepted; i++)
+			if (orders[i].outcome == SK_OK)
+				defer_settle(&orders[i]);
+		if (seckill_crash_point == SK_CRASH_BEFORE_WAKE)
+		{
+			flush_settles();
+			seckill_crash_if(SK_CRASH_BEFORE_WAKE);
+		}
 		for (int i = 0; i < naccepted; i++)
 		{
 			accepted_items[i]->reply.status = orders[i].outcome;
 			if (orders[i].outcome == SK_OK)
-			{
 				accepted_items[i]->reply.order_id = orders[i].id;
-				defer_settle(&orders[i]);
-			}
 			answer(accepted_items[i]);
 		}
 		compensate(orders, naccepted);

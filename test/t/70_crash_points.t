@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The worker stops on purpose (seckill.crash_point) right after Redis
+# reserved, right after the commit, and right before waking the callers.
+# Each time the new worker must account for every reservation: the callers
+# that got an error learn their order's real fate from seckill_order(), the
+# journal is empty, and Redis and PostgreSQL agree.
+set -uo pipefail
+# shellcheck source=test/t/tap.sh
+. "$(dirname "$0")/tap.sh"
+
+log=$SECKILL_TMP/postgresql.log
+goods=crash-$(date +%s)-$$
+psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
+psql -Xq -v ON_ERROR_STOP=1 -f "$SECKILL_ROOT/test/helpers.sql"
+is "$(psql_val "SELECT seckill_campaign_create('$goods', 1000) > 0")" t "campaign created"
+is "$(psql_val "SELECT seckill_preheat('$goods')")" 1000 "preheated"
+cid=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$goods'")
+
+count() { grep -c "$1" "$log" || true; }
+set_crash_point() {
+	local before
+	before=$(count 'seckill worker reloaded its configuration')
+	psql -XAtq -c "ALTER SYSTEM SET seckill.crash_point = '$1'" -c "SELECT pg_reload_conf()" >/dev/null
+	seckill_wait_for "[ \$(count 'seckill worker reloaded its configuration') -gt $before ]" 10
+}
+worker_up() { [ -n "$(seckill_worker_pid 2>/dev/null)" ]; }
+
+for point in after_reserve after_commit before_wake; do
+	set_crash_point "$point"
+	ok "[ $? -eq 0 ]" "$point: set"
+	crashes=$(count "stops at crash point \"$point\"")
+	# 16 buyers at once (pgbench connects them all before the first call)
+	echo "SELECT try_buy('$point-' || :client_id, '$goods');" >"$SECKILL_TMP/crash.sql"
+	pgbench -n -c 16 -j 2 -t 1 -f "$SECKILL_TMP/crash.sql" >/dev/null 2>&1 &
+	crowd=$!
+	seckill_wait_for "[ \$(count 'stops at crash point \"$point\"') -gt $crashes ]" 15
+	ok "[ $? -eq 0 ]" "$point: the worker stopped there"
+	psql -XAtq -c "ALTER SYSTEM RESET seckill.crash_point" -c "SELECT pg_reload_conf()" >/dev/null
+	wait "$crowd"
+	seckill_wait_for worker_up 15
+	ok "[ $? -eq 0 ]" "$point: a new worker runs"
+
+	failed=$(psql_val "SELECT count(*) FROM stampede_answers WHERE user_id LIKE '$point-%' AND status = 'error'")
+	ok "[ $failed -gt 0 ]" "$point: $failed caller(s) got an error"
+	case $point in
+	after_reserve) fate=none ;;
+	*) fate=reserved ;;
+	esac
+	is "$(psql_val "SELECT count(*) FROM stampede_answers a, LATERAL seckill_order(a.user_id, '$goods') o
+		WHERE a.user_id LIKE '$point-%' AND a.status = 'error' AND o.status <> '$fate'")" 0 \
+		"$point: each of them learns the fate '$fate' from seckill_order()"
+	is "$(psql_val "SELECT count(*) FROM stampede_answers a WHERE a.user_id LIKE '$point-%' AND a.status = 'ok'
+		AND NOT EXISTS (SELECT 1 FROM seckill.orders o WHERE o.id = a.order_id)")" 0 \
+		"$point: every ok answer has its order"
+	is "$(psql_val "SELECT in_flight || ' ' || (redis_stock = pg_stock) FROM seckill_status('$goods')")" "0 true" \
+		"$point: the journal is empty and Redis' stock = total - sold"
+done
+
+is "$(psql_val "SELECT count(*) FROM seckill.compensations c JOIN seckill.orders o ON o.id = c.request_id")" 0 \
+	"no reservation is both an order and a compensation"
+given_back=$(psql_val "SELECT count(*) FROM seckill.compensations WHERE campaign_id = $cid AND user_id LIKE 'after_reserve-%'")
+ok "[ $given_back -gt 0 ]" "the reservations made before the stop after_reserve were given back ($given_back, logged)"
+is "$(psql_val "SELECT sold = (SELECT count(*) FROM seckill.orders WHERE campaign_id = $cid) FROM seckill.campaigns WHERE id = $cid")" t \
+	"sold = orders"
+done_testing

@@ -190,6 +190,13 @@ AS $$
 	ORDER BY c.id
 $$;
 
+-- More stock for the open campaign of this goods, or less (never below what
+-- is sold), in PostgreSQL and Redis together.  Returns the new total_stock.
+CREATE FUNCTION @extschema@.seckill_restock(goods text, delta int)
+RETURNS int
+AS 'MODULE_PATHNAME', 'seckill_restock'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
 -- The Redis side of one campaign, as the worker sees it.
 CREATE FUNCTION seckill.redis_state(campaign_id bigint,
 	OUT redis_stock int, OUT redis_buyers bigint, OUT in_flight bigint,
@@ -282,6 +289,7 @@ REVOKE ALL ON FUNCTION @extschema@.seckill_campaign_create(text, int, timestampt
 REVOKE ALL ON FUNCTION @extschema@.seckill_pay(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_cancel(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_release_expired() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.seckill_restock(text, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION seckill.release_campaign(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_preheat(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_close(text) FROM PUBLIC;

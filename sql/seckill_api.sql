@@ -143,6 +143,15 @@ SELECT seckill_preheat('once');
 SELECT seckill_cancel(order_id) FROM seckill_buy('dave', 'once');
 SELECT status FROM seckill_buy('dave', 'once');        -- this one does not
 SELECT status FROM seckill_buy('erin', 'once');
+-- restock: more stock, or less but never below what is sold
+SELECT seckill_restock('pay', 2);
+SELECT status FROM seckill_buy('carol', 'pay');
+SELECT seckill_restock('pay', -2);
+SELECT seckill_restock('pay', -1);
+SELECT status FROM seckill_buy('frank', 'pay');
+SELECT total_stock, sold, redis_stock, sold_out_cached FROM seckill_status('pay');
+SELECT seckill_restock('no-such-goods', 1);
+SELECT seckill_restock('pay', NULL);
 SELECT seckill_campaign_create('bad', 1, payment_timeout => '0 seconds');
 SELECT campaign_goods, released FROM seckill_release_expired();  -- no campaign has a timeout
 

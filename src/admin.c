@@ -21,6 +21,7 @@ PG_FUNCTION_INFO_V1(seckill_reconcile_campaign);
 PG_FUNCTION_INFO_V1(seckill_reset_shared_state);
 PG_FUNCTION_INFO_V1(seckill_worker_counters);
 PG_FUNCTION_INFO_V1(seckill_cancel);
+PG_FUNCTION_INFO_V1(seckill_restock);
 PG_FUNCTION_INFO_V1(seckill_release_campaign);
 
 /* The id of the open campaign for goods; ERROR when there is none. */
@@ -172,4 +173,20 @@ seckill_release_campaign(PG_FUNCTION_ARGS)
 	SeckillReply reply = seckill_call_checked(SK_REQ_RELEASE, PG_GETARG_INT64(0), NULL, 0);
 
 	return values_row(fcinfo, reply.values, 2);
+}
+
+/* seckill_restock(goods text, delta int) RETURNS int: the new total_stock */
+Datum
+seckill_restock(PG_FUNCTION_ARGS)
+{
+	char	   *goods = seckill_id_arg(fcinfo, 0, "goods", SECKILL_MAX_GOODS_LEN);
+	SeckillReply reply;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("delta must not be null")));
+	reply = seckill_call_checked(SK_REQ_RESTOCK, seckill_open_campaign_id(goods), NULL,
+								 PG_GETARG_INT32(1));
+	PG_RETURN_INT32((int32) reply.values[0]);
 }

@@ -580,6 +580,52 @@ release_locked(int64 id, SeckillReply *reply)
 						reply->values[0], id, reply->values[1])));
 }
 
+/*
+ * Change a campaign's stock in both stores.  Under the lease and with the
+ * journal settled, Redis' stock is exactly total - sold: set it so.
+ */
+static void
+restock_locked(int64 id, int delta, SeckillReply *reply)
+{
+	SkCampaignRow row;
+	bool		done;
+
+	if (!replay_campaign(id, NULL, NULL))
+	{
+		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		return;
+	}
+	store_begin("seckill: restock campaign");
+	done = store_restock(id, delta, &row);
+	store_commit();
+	if (!done)
+	{
+		sk_reply_error(reply, SK_ERR_INVALID,
+					   "campaign " INT64_FORMAT " cannot lose %d item(s): fewer than that are unsold", id, -delta);
+		reply->sqlerrcode = ERRCODE_CHECK_VIOLATION;
+		return;
+	}
+	if (strcmp(row.state, "preheated") == 0)
+	{
+		SkPipeline	p;
+		const char *key = sk_campaign_key(id, "meta");
+		char	   *stock = psprintf("%d", row.total_stock - row.sold);
+
+		sk_pipeline_init(&p);
+		sk_pipeline_add(&p, 4, (const char *[]) {"HSET", key, "stock", stock}, NULL);
+		if (sk_pipeline_exec(&p) == NULL)
+		{
+			sk_reply_error(reply, SK_ERR_REDIS,
+						   "the stock changed in PostgreSQL, but Redis failed (seckill_reconcile() will catch up): %s",
+						   sk_redis_error());
+			return;
+		}
+		sk_note_stock(id, row.total_stock - row.sold);
+	}
+	reply->status = SK_OK;
+	reply->values[0] = row.total_stock;
+}
+
 void
 sk_serve_admin(const SeckillRequest *request, SeckillReply *reply)
 {
@@ -610,6 +656,9 @@ sk_serve_admin(const SeckillRequest *request, SeckillReply *reply)
 			break;
 		case SK_REQ_RELEASE:
 			release_locked(id, reply);
+			break;
+		case SK_REQ_RESTOCK:
+			restock_locked(id, request->qty, reply);
 			break;
 		default:
 			elog(ERROR, "unexpected seckill request kind %d", request->kind);

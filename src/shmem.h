@@ -31,6 +31,7 @@ typedef enum SeckillRequestKind
 	SK_REQ_RECONCILE,
 	SK_REQ_CANCEL,				/* cancel one order (request.order_id) */
 	SK_REQ_RELEASE,				/* cancel the unpaid orders past the payment timeout */
+	SK_REQ_RESTOCK,				/* change total_stock by request.qty */
 	SK_REQ_BARRIER				/* answered once every earlier request is settled */
 } SeckillRequestKind;
 

@@ -517,3 +517,23 @@ store_release_expired(int64 campaign_id, int limit, SkCancelled *out)
 						 " ORDER BY o.id LIMIT $2 FOR UPDATE OF o SKIP LOCKED",
 						 2, types, values, out);
 }
+
+/*
+ * Inside a transaction: change the campaign's total_stock by delta, never
+ * below what is sold.  False (nothing changed) when it would go below.
+ */
+bool
+store_restock(int64 campaign_id, int delta, SkCampaignRow *row)
+{
+	Oid			types[2] = {INT8OID, INT4OID};
+	Datum		values[2] = {Int64GetDatum(campaign_id), Int32GetDatum(delta)};
+
+	run("UPDATE seckill.campaigns SET total_stock = total_stock + $2"
+		" WHERE id = $1 AND total_stock + $2 >= sold"
+		" RETURNING id, goods, total_stock, sold, per_user_limit, starts_at, ends_at, state",
+		2, types, values, SPI_OK_UPDATE_RETURNING);
+	if (SPI_processed == 0)
+		return false;
+	row_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, row);
+	return true;
+}

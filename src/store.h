@@ -61,6 +61,7 @@ typedef struct SkCancelled
 } SkCancelled;
 
 extern void store_cancel_order(int64 order_id, SkCancelled *out);
+extern bool store_restock(int64 campaign_id, int delta, SkCampaignRow *row);
 extern int	store_release_expired(int64 campaign_id, int limit, SkCancelled *out);
 
 #endif							/* SECKILL_STORE_H */

@@ -208,7 +208,7 @@ CREATE FUNCTION @extschema@.seckill_status(goods text)
 RETURNS TABLE (campaign_id bigint, state text, total_stock int,
 	sold int, pg_stock int, redis_stock int, redis_buyers bigint,
 	in_flight bigint, sold_out_cached bool, starts_at timestamptz,
-	ends_at timestamptz)
+	ends_at timestamptz, sales_path text)
 LANGUAGE plpgsql
 -- runs as the extension's owner, so that a role granted this function needs
 -- no grant on the internal seckill.redis_state
@@ -228,6 +228,8 @@ BEGIN
 	campaign_id := c.id; state := c.state;
 	total_stock := c.total_stock; sold := c.sold; pg_stock := c.total_stock - c.sold;
 	starts_at := c.starts_at; ends_at := c.ends_at;
+	SELECT CASE WHEN w.sales_from_database THEN 'database' ELSE 'redis' END
+	INTO sales_path FROM seckill.worker_counters() w;
 	IF c.state = 'preheated' THEN
 		BEGIN
 			SELECT r.redis_stock, r.redis_buyers, r.in_flight, r.sold_out_cached
@@ -244,7 +246,8 @@ $$;
 
 -- The worker's totals since the server started: why the figures are what they are.
 CREATE FUNCTION seckill.worker_counters(OUT rounds bigint, OUT purchases bigint,
-	OUT redis_round_trips bigint, OUT commits bigint, OUT compensations bigint)
+	OUT redis_round_trips bigint, OUT commits bigint, OUT compensations bigint,
+	OUT sales_from_database boolean)
 AS 'MODULE_PATHNAME', 'seckill_worker_counters'
 LANGUAGE C VOLATILE PARALLEL SAFE;
 

@@ -133,13 +133,14 @@ seckill_reset_shared_state(PG_FUNCTION_ARGS)
 
 /*
  * seckill.worker_counters() RETURNS (rounds, purchases, redis_round_trips,
- * commits, compensations): the worker's totals since the server started.
+ * commits, compensations, sales_from_database): the worker's totals since the
+ * server started, and whether it sells without Redis right now.
  */
 Datum
 seckill_worker_counters(PG_FUNCTION_ARGS)
 {
 	SeckillCounters *c;
-	int64		v[5];
+	int64		v[6];
 
 	seckill_check_database();
 	c = &seckill_shared->counters;
@@ -148,7 +149,8 @@ seckill_worker_counters(PG_FUNCTION_ARGS)
 	v[2] = pg_atomic_read_u64(&c->redis_round_trips);
 	v[3] = pg_atomic_read_u64(&c->commits);
 	v[4] = pg_atomic_read_u64(&c->compensations);
-	return values_row(fcinfo, v, 5);
+	v[5] = seckill_shared->sales_from_database;
+	return values_row(fcinfo, v, 6);
 }
 
 /* seckill_cancel(order_id bigint) RETURNS text: 'cancelled' */

@@ -31,6 +31,13 @@ int			seckill_batch_size = 1000;
 int			seckill_max_campaigns = 64;
 int			seckill_lock_lease = 30000;
 int			seckill_crash_point = SK_CRASH_NONE;
+int			seckill_redis_unavailable = SK_UNAVAILABLE_ERROR;
+
+static const struct config_enum_entry redis_unavailable_modes[] = {
+	{"error", SK_UNAVAILABLE_ERROR, false},
+	{"database", SK_UNAVAILABLE_DATABASE, false},
+	{NULL, 0, false}
+};
 
 static const struct config_enum_entry crash_points[] = {
 	{"none", SK_CRASH_NONE, false},
@@ -135,6 +142,11 @@ define_gucs(void)
 							"Lease of the Redis lock the worker holds over a campaign's admin work.",
 							NULL, &seckill_lock_lease, 30000, 100, 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomEnumVariable("seckill.redis_unavailable",
+							 "What purchases do while Redis cannot be reached: error, or database.",
+							 "With database, the worker sells from PostgreSQL alone (its constraints arbitrate), and rebuilds every campaign in Redis from PostgreSQL before Redis takes over again.",
+							 &seckill_redis_unavailable, SK_UNAVAILABLE_ERROR, redis_unavailable_modes,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomEnumVariable("seckill.crash_point",
 							 "Makes the worker stop at a point of a round, for fault tests.",
 							 "Never set it in production: every round would stop there.",

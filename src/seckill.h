@@ -55,6 +55,15 @@ extern int	seckill_batch_size;
 extern int	seckill_max_campaigns;
 extern int	seckill_lock_lease;
 
+/* What purchases do while Redis cannot be reached. */
+typedef enum SeckillRedisUnavailable
+{
+	SK_UNAVAILABLE_ERROR,		/* fail with an error */
+	SK_UNAVAILABLE_DATABASE		/* sell from PostgreSQL alone */
+} SeckillRedisUnavailable;
+
+extern int	seckill_redis_unavailable;
+
 /* For fault tests: where the worker dies on purpose (a superuser's setting). */
 typedef enum SeckillCrashPoint
 {

@@ -105,6 +105,7 @@ typedef struct SeckillShared
 	pid_t		worker_pid;
 	Oid			database_id;	/* the database the worker serves */
 	pg_atomic_uint32 install_generation;	/* bumped by each CREATE EXTENSION */
+	bool		sales_from_database;	/* Redis unreachable: selling from PostgreSQL alone */
 	uint32		queue_head;		/* next entry to take */
 	uint32		queue_len;		/* entries queued */
 	SeckillCounters counters;

@@ -267,11 +267,11 @@ status_for_error(int sqlerrcode)
 
 /*
  * Inside a transaction: commit what can be committed of orders[0..n-1]
- * (sorted by id), and log the rest as compensations.  Each order's outcome
- * says what its caller is to be told.
+ * (sorted by id), and log the rest as compensations when Redis had
+ * reserved them.  Each order's outcome says what its caller is to be told.
  */
 void
-store_commit_orders(SkOrder *orders, int n)
+store_commit_orders(SkOrder *orders, int n, bool reserved_in_redis)
 {
 	int			sqlerrcode;
 	char	   *message;
@@ -293,7 +293,8 @@ store_commit_orders(SkOrder *orders, int n)
 			}
 		}
 	}
-	for (int i = 0; i < n; i++)
+	/* a purchase refused without a Redis reservation has nothing to give back */
+	for (int i = 0; reserved_in_redis && i < n; i++)
 		if (orders[i].outcome != SK_OK)
 			store_log_compensation(orders[i].id, orders[i].campaign_id,
 								   orders[i].user_id, orders[i].qty, orders[i].reason);

@@ -41,7 +41,7 @@ extern void store_commit(void);
 extern bool store_schema_exists(void);
 extern void store_take_order_ids(int64 *ids, int n);
 extern void store_forget_order_ids(void);
-extern void store_commit_orders(SkOrder *orders, int n);
+extern void store_commit_orders(SkOrder *orders, int n, bool reserved_in_redis);
 extern void store_log_compensation(int64 request_id, int64 campaign_id,
 								   const char *user_id, int qty, const char *reason);
 extern bool *store_orders_exist(const int64 *ids, int n);

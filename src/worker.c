@@ -66,6 +66,17 @@ static int	nsettled = 0;
 static uint32 seen_generation = 0;
 
 static void
+take_order_ids(int64 *ids, int n)
+{
+	if (pg_atomic_read_u32(&seckill_shared->install_generation) != seen_generation)
+	{
+		seen_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
+		store_forget_order_ids();
+	}
+	store_take_order_ids(ids, n);
+}
+
+static void
 worker_exit(int code, Datum arg)
 {
 	seckill_shared->worker_latch = NULL;
@@ -225,6 +236,85 @@ compensate(SkOrder *orders, int n)
 	}
 }
 
+/*
+ * Redis is unreachable and seckill.redis_unavailable = database: sell from
+ * PostgreSQL alone.  The same group commit decides, by the CHECK on sold
+ * and the unique index, who gets an item; the sale window was checked by
+ * the callers.  Redis knows nothing of these orders: it is rebuilt from
+ * PostgreSQL before it takes over again.
+ */
+static void
+serve_from_database(RoundItem **items, int n)
+{
+	SkOrder    *orders = palloc0(sizeof(SkOrder) * n);
+	int64	   *ids = palloc(sizeof(int64) * n);
+
+	if (!seckill_shared->sales_from_database)
+	{
+		seckill_shared->sales_from_database = true;
+		ereport(LOG,
+				(errmsg("seckill worker sells from PostgreSQL alone while Redis is unreachable: %s",
+						sk_redis_error())));
+	}
+	pg_atomic_fetch_add_u64(&seckill_shared->counters.purchases, n);
+	take_order_ids(ids, n);
+	for (int i = 0; i < n; i++)
+	{
+		orders[i].id = ids[i];
+		orders[i].campaign_id = items[i]->request.campaign_id;
+		orders[i].user_id = items[i]->request.user_id;
+		orders[i].qty = items[i]->request.qty;
+	}
+	store_begin("seckill: commit orders without Redis");
+	store_commit_orders(orders, n, false);
+	store_commit();
+	pg_atomic_fetch_add_u64(&seckill_shared->counters.commits, 1);
+	for (int i = 0; i < n; i++)
+	{
+		items[i]->reply.status = orders[i].outcome;
+		if (orders[i].outcome == SK_OK)
+			items[i]->reply.order_id = orders[i].id;
+		else if (orders[i].outcome == SK_SOLD_OUT)
+			sk_note_stock(orders[i].campaign_id, 0);
+		answer(items[i]);
+	}
+}
+
+/*
+ * Redis is back after sales from PostgreSQL alone: rebuild every preheated
+ * campaign from PostgreSQL before Redis takes over.  False when that failed.
+ */
+static bool
+leave_database_mode(void)
+{
+	List	   *rows = NIL;
+	ListCell   *lc;
+
+	store_begin("seckill: list campaigns");
+	rows = store_campaigns_in_state("preheated");
+	store_commit();
+	foreach(lc, rows)
+	{
+		SkCampaignRow *row = lfirst(lc);
+		SeckillRequest preheat = {.kind = SK_REQ_PREHEAT, .campaign_id = row->id};
+		SeckillReply reply = {0};
+
+		serve_admin(&preheat, &reply);
+		if (reply.status != SK_OK)
+		{
+			ereport(LOG,
+					(errmsg("seckill worker could not rebuild campaign " INT64_FORMAT " in Redis: %s",
+							row->id, reply.message)));
+			return false;
+		}
+	}
+	seckill_shared->sales_from_database = false;
+	ereport(LOG,
+			(errmsg("seckill worker rebuilt %d campaign(s) from PostgreSQL: sales go through Redis again",
+					list_length(rows))));
+	return true;
+}
+
 static void
 serve_purchases(RoundItem **items, int n)
 {
@@ -238,19 +328,17 @@ serve_purchases(RoundItem **items, int n)
 	int64	   *rebuild = palloc(sizeof(int64) * n);
 	int			nrebuild = 0;
 
-	if (!redis_ready())
+	if (!redis_ready() || (seckill_shared->sales_from_database && !leave_database_mode()))
 	{
-		fail_all(items, n, SK_ERR_REDIS, sk_redis_error());
+		if (seckill_redis_unavailable == SK_UNAVAILABLE_DATABASE)
+			serve_from_database(items, n);
+		else
+			fail_all(items, n, SK_ERR_REDIS, sk_redis_error());
 		return;
 	}
 	pg_atomic_fetch_add_u64(&seckill_shared->counters.purchases, n);
-	if (pg_atomic_read_u32(&seckill_shared->install_generation) != seen_generation)
-	{
-		seen_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
-		store_forget_order_ids();
-	}
 	ids = palloc(sizeof(int64) * n);
-	store_take_order_ids(ids, n);
+	take_order_ids(ids, n);
 
 	sk_pipeline_init(&p);
 	nsettles = add_settles(&p);
@@ -323,7 +411,7 @@ serve_purchases(RoundItem **items, int n)
 	{
 		seckill_crash_if(SK_CRASH_AFTER_RESERVE);
 		store_begin("seckill: commit orders");
-		store_commit_orders(orders, naccepted);
+		store_commit_orders(orders, naccepted, true);
 		store_commit();
 		pg_atomic_fetch_add_u64(&seckill_shared->counters.commits, 1);
 		seckill_crash_if(SK_CRASH_AFTER_COMMIT);

@@ -61,8 +61,8 @@ seckill_close(PG_FUNCTION_ARGS)
 }
 
 /*
- * Build a row of the function's OUT columns from reply values.  A value of
- * -1 in a column listed as nullable_when_negative becomes NULL.
+ * Build a row of the function's OUT columns from reply values; a negative
+ * value (Redis had no such key) becomes NULL.
  */
 static Datum
 values_row(FunctionCallInfo fcinfo, const int64 *v, int n)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Faults during a stampede: the worker is killed with SIGKILL (the postmaster
-# then restarts the whole cluster), and Redis restarts empty.  Afterwards a
+# then restarts the whole cluster), PostgreSQL stops at once (immediate) and
+# starts again, and Redis restarts empty.  Afterwards a
 # reconcile, then fresh buyers sell the rest; the invariants must hold:
 # exactly the stock sold, no oversell, no duplicate, every ok answer backed by
 # its order, and every reservation Redis granted either an order or a logged
@@ -54,7 +55,22 @@ for round in 1 2; do
 	wait "$crowd_pid" # the crowd's connections died with the cluster
 done
 
-# 2. Redis restarts empty mid-sale: buying resumes only after the rebuild
+# 2. PostgreSQL stops at once (immediate: no checkpoint, crash recovery at
+#    start) mid-sale, and starts again
+crowd 8 pg-immediate &
+crowd_pid=$!
+before=$(psql_val "$orders_sql")
+seckill_wait_for "orders_at_least $((before + 1000))" 30
+ok "[ $? -eq 0 ]" "immediate stop: the sale is under way"
+started=$(date +%s%3N)
+seckill_pg_ctl -m immediate stop >/dev/null
+seckill_pg_ctl -w start >/dev/null
+seckill_wait_for worker_up 60
+ok "[ $? -eq 0 ]" "PostgreSQL restarted after an immediate stop, worker up"
+diag "immediate stop: worker back in $(($(date +%s%3N) - started)) ms"
+wait "$crowd_pid"
+
+# 3. Redis restarts empty mid-sale: buying resumes only after the rebuild
 crowd 10 redis &
 crowd_pid=$!
 before=$(psql_val "$orders_sql")
@@ -75,7 +91,7 @@ diag "errors: $(psql_val "SELECT string_agg(n || ' x ' || err, '; ')
 	FROM (SELECT left(err, 90) err, count(*) n FROM stampede_answers
 		WHERE status = 'error' GROUP BY 1 ORDER BY 2 DESC LIMIT 5) s")"
 
-# 3. reconcile, then fresh buyers sell what is left
+# 4. reconcile, then fresh buyers sell what is left
 psql_val "SELECT * FROM seckill_reconcile('$goods')" >"$work/reconcile.out"
 ok "[ $? -eq 0 ]" "reconcile ran: $(cat "$work/reconcile.out")"
 is "$(psql_val "SELECT redis_stock = pg_stock AND in_flight = 0 FROM seckill_status('$goods')")" t \

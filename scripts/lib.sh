@@ -13,7 +13,7 @@ SECKILL_PACKAGES=(
 	postgresql-15 postgresql-server-dev-15 libhiredis-dev
 	redis-server redis-tools
 	postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
-	postgresql-15-cron gnuplot-nox
+	postgresql-15-cron gnuplot-nox socat
 )
 PATH=$SECKILL_PG_BIN:$PATH
 export PATH

@@ -242,6 +242,10 @@ seckill_buy(PG_FUNCTION_ARGS)
 		campaign_id = info.id;
 	}
 
+	/* admission control: shed load at once rather than grow the queue */
+	if (seckill_max_queue > 0 && seckill_shared->queue_len >= (uint32) seckill_max_queue)
+		return buy_result(fcinfo, SK_BUSY, 0);
+
 	reply = seckill_call_checked(SK_REQ_BUY, campaign_id, user_id, qty);
 	return buy_result(fcinfo, reply.status, reply.order_id);
 }

@@ -28,6 +28,7 @@ char	   *seckill_database = NULL;
 int			seckill_request_timeout = 5000;
 int			seckill_redis_timeout = 1000;
 int			seckill_batch_size = 1000;
+int			seckill_max_queue = 0;
 int			seckill_max_campaigns = 64;
 int			seckill_lock_lease = 30000;
 int			seckill_crash_point = SK_CRASH_NONE;
@@ -133,6 +134,11 @@ define_gucs(void)
 	DefineCustomIntVariable("seckill.batch_size",
 							"Most requests the worker serves in one round (one Redis pipeline, one commit).",
 							NULL, &seckill_batch_size, 1000, 1, 100000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.max_queue",
+							"Most purchases waiting for the worker; past it, seckill_buy answers busy at once.",
+							"0: no bound other than the number of connections.",
+							&seckill_max_queue, 0, 0, 100000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("seckill.max_campaigns",
 							"Most campaigns preheated at once.",

@@ -52,6 +52,7 @@ extern char *seckill_database;
 extern int	seckill_request_timeout;
 extern int	seckill_redis_timeout;
 extern int	seckill_batch_size;
+extern int	seckill_max_queue;
 extern int	seckill_max_campaigns;
 extern int	seckill_lock_lease;
 

@@ -8,15 +8,21 @@ CREATE TABLE stampede_answers (
 	user_id text,
 	status text,
 	order_id bigint,
-	err text
+	err text,
+	took_ms float8
 );
 
 CREATE OR REPLACE FUNCTION try_buy(u text, g text) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+	t0 timestamptz := clock_timestamp();
 BEGIN
 	INSERT INTO stampede_answers
-	SELECT u, b.status, b.order_id, NULL FROM seckill_buy(u, g) b;
+	SELECT u, b.status, b.order_id, NULL,
+		   extract(epoch FROM clock_timestamp() - t0) * 1000
+	FROM seckill_buy(u, g) b;
 EXCEPTION WHEN OTHERS THEN
-	INSERT INTO stampede_answers VALUES (u, 'error', NULL, SQLSTATE || ' ' || SQLERRM);
+	INSERT INTO stampede_answers VALUES (u, 'error', NULL, SQLSTATE || ' ' || SQLERRM,
+		extract(epoch FROM clock_timestamp() - t0) * 1000);
 END
 $$;

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# A flood past the admission bound while the worker is stuck on a stalled
+# Redis: past seckill.max_queue purchases are answered busy at once; callers
+# cancelled or terminated while they wait lose nothing; once Redis is back no
+# slot is lost and the worker serves everyone.
+set -uo pipefail
+# shellcheck source=test/t/tap.sh
+. "$(dirname "$0")/tap.sh"
+
+log=$SECKILL_TMP/postgresql.log
+redis_pid=$(cat "$SECKILL_TMP/redis.pid")
+goods=flood-$(date +%s)-$$
+work=$(mktemp -d)
+trap 'kill -CONT "$redis_pid" 2>/dev/null; psql -XAtq -c "ALTER SYSTEM RESET seckill.max_queue" \
+	-c "SELECT pg_reload_conf()" >/dev/null 2>&1; rm -rf "$work"' EXIT
+
+count() { grep -c "$1" "$log" || true; }
+before=$(count 'seckill worker reloaded its configuration')
+psql -XAtq -c "ALTER SYSTEM SET seckill.max_queue = 16" -c "SELECT pg_reload_conf()" >/dev/null
+seckill_wait_for "[ \$(count 'seckill worker reloaded its configuration') -gt $before ]" 10
+ok "[ $? -eq 0 ]" "seckill.max_queue = 16"
+
+psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
+psql -Xq -v ON_ERROR_STOP=1 -f "$SECKILL_ROOT/test/helpers.sql"
+is "$(psql_val "SELECT seckill_campaign_create('$goods', 100000) > 0")" t "campaign created"
+is "$(psql_val "SELECT seckill_preheat('$goods')")" 100000 "preheated"
+cid=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$goods'")
+
+cat >"$work/flood.sql" <<SQL
+\set u random(1, 1000000000000000000)
+SELECT try_buy('flood-' || :u, '$goods');
+SQL
+kill -STOP "$redis_pid"
+pgbench -n -c 128 -j 2 -T 4 -f "$work/flood.sql" --log --log-prefix="$work/txn" >"$work/flood.out" 2>&1 &
+flood=$!
+waiting="SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Extension' AND query LIKE '%try_buy%'"
+seckill_wait_for "[ \$(psql_val \"$waiting\") -ge 10 ]" 10
+ok "[ $? -eq 0 ]" "callers wait on the stuck worker"
+cancelled=$(psql_val "SELECT count(pg_cancel_backend(pid)) FROM (SELECT pid FROM pg_stat_activity
+	WHERE wait_event_type = 'Extension' AND query LIKE '%try_buy%' LIMIT 5) w")
+terminated=$(psql_val "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity
+	WHERE wait_event_type = 'Extension' AND query LIKE '%try_buy%' LIMIT 5) w")
+ok "[ $cancelled -gt 0 ] && [ $terminated -gt 0 ]" "$cancelled waiting callers cancelled, $terminated terminated"
+wait "$flood"
+kill -CONT "$redis_pid"
+
+diag "flood answers: $(psql_val "SELECT string_agg(status || '=' || n || ' (max ' || round(m) || ' ms)', ', ')
+	FROM (SELECT status, count(*) n, max(took_ms) m FROM stampede_answers GROUP BY 1 ORDER BY 1) s")"
+ok "[ $(psql_val "SELECT count(*) FROM stampede_answers WHERE status = 'busy'") -gt 100 ]" "past the bound: busy"
+p99=$(psql_val "SELECT round(percentile_cont(0.99) WITHIN GROUP (ORDER BY took_ms)::numeric, 2)
+	FROM stampede_answers WHERE status = 'busy'")
+ok "awk -v p='$p99' 'BEGIN { exit !(p < 10) }'" "busy answers come at once: p99 $p99 ms (the stalled ones wait up to 2 s)"
+is "$(psql_val "SELECT count(*) FROM stampede_answers WHERE took_ms > 6000")" 0 \
+	"no call waited past the request timeout"
+is "$(psql_val "SELECT count(*) FROM stampede_answers WHERE status NOT IN ('busy', 'error')")" 0 \
+	"no call claimed an outcome while Redis was stalled"
+
+# Redis back: every connection's slot still works, the worker serves them all
+psql -XAtq -c "ALTER SYSTEM RESET seckill.max_queue" -c "SELECT pg_reload_conf()" >/dev/null
+seckill_wait_for "[ \"\$(psql_val \"SELECT status FROM seckill_buy('probe', '$goods')\" 2>/dev/null)\" = ok ]" 15
+ok "[ $? -eq 0 ]" "Redis back: purchases resume"
+psql_val "TRUNCATE stampede_answers" >/dev/null
+pgbench -n -c 250 -j 2 -T 3 -f "$work/flood.sql" >"$work/after.out" 2>&1
+ok "grep -q 'number of failed transactions: 0' '$work/after.out'" "250 connections at once afterwards"
+is "$(psql_val "SELECT count(*) FROM stampede_answers WHERE status <> 'ok'")" 0 "every one of them bought"
+psql_val "SELECT * FROM seckill_reconcile('$goods')" >/dev/null
+is "$(psql_val "SELECT c.sold = (SELECT count(*) FROM seckill.orders WHERE campaign_id = $cid)
+	AND s.redis_stock = s.pg_stock AND s.in_flight = 0
+	FROM seckill.campaigns c, seckill_status('$goods') s WHERE c.id = $cid")" t \
+	"after reconcile: sold = orders, Redis' stock = total - sold, journal empty"
+psql_val "SELECT seckill_close('$goods')" >/dev/null
+done_testing

@@ -5,16 +5,14 @@
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
+# shellcheck source=test/t/sale.sh
+. "$(dirname "$0")/sale.sh"
 
-goods=stall-$(date +%s)-$$
-work=$(mktemp -d)
 redis_pid=$(cat "$SECKILL_TMP/redis.pid")
-trap 'kill -CONT "$redis_pid" 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill -CONT "$redis_pid" 2>/dev/null' EXIT
 
-psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
-psql -Xq -v ON_ERROR_STOP=1 -f "$SECKILL_ROOT/test/helpers.sql"
-is "$(psql_val "SELECT seckill_campaign_create('$goods', 1000) > 0")" t "campaign created" || done_testing
-is "$(psql_val "SELECT seckill_preheat('$goods')")" 1000 "preheated" || done_testing
+sale_begin "stall-$(date +%s)-$$" 5000
+goods=$SALE_GOODS
 is "$(psql_val "SELECT status FROM seckill_buy('before', '$goods')")" ok "a purchase before the stall"
 
 now_ms() { date +%s%3N; }
@@ -27,18 +25,15 @@ elapsed=$(($(now_ms) - start))
 ok "[[ \"\$err\" == *'could not reach Redis'* ]]" "stalled Redis: a clear error ($err)"
 ok "[ $elapsed -lt 3000 ]" "stalled Redis: the error came in $elapsed ms"
 out=$(psql -XAt -c "SELECT state, pg_stock, redis_stock IS NULL FROM seckill_status('$goods')" 2>&1)
-ok "[[ \"\$out\" == *'WARNING:'*'could not reach Redis'* && \"\$out\" == *'preheated|999|t'* ]]" \
+ok "[[ \"\$out\" == *'WARNING:'*'could not reach Redis'* && \"\$out\" == *'preheated|4999|t'* ]]" \
 	"stalled Redis: seckill_status still shows PostgreSQL's side, with a warning"
 
-# 2. A crowd against the stalled Redis: every call returns, none past the bound.
-cat >"$work/crowd.sql" <<SQL
-\set u random(1, 100000)
-SELECT try_buy('crowd-' || :u, '$goods');
-SQL
-pgbench -n -c 32 -j 2 -T 4 -f "$work/crowd.sql" --log --log-prefix="$work/txn" >"$work/crowd.out" 2>&1
-ok "[ $? -eq 0 ]" "stalled Redis: pgbench ran"
-max_ms=$(cat "$work"/txn.* | awk '$3 > m { m = $3 } END { printf "%d", m / 1000 }')
-calls=$(cat "$work"/txn.* | wc -l)
+# 2. A crowd of 64 against the stalled Redis: every call returns, none past the bound.
+sale_crowd 4 stalled
+wait "$SALE_CROWD"
+ok "grep -q 'number of failed transactions: 0' '$SALE_WORK/stalled.out'" "stalled Redis: every call of the crowd returned"
+calls=$(cat "$SALE_WORK"/stalled-txn.* | wc -l)
+max_ms=$(sale_slowest stalled)
 ok "[ $calls -gt 0 ] && [ $max_ms -lt 6000 ]" \
 	"stalled Redis: $calls calls, the slowest took $max_ms ms (request timeout 5000 ms)"
 is "$(psql_val "SELECT count(*) FROM stampede_answers WHERE status NOT IN ('error', 'busy')")" 0 \
@@ -86,10 +81,8 @@ ok "[ $? -eq 0 ]" "the worker serves purchases after the terminated caller"
 
 psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_timeout" -c "SELECT pg_reload_conf()" >/dev/null
 
-# Nothing was lost or double counted on the way.
-psql_val "SELECT * FROM seckill_reconcile('$goods')" >/dev/null
-is "$(psql_val "SELECT (SELECT count(*) FROM seckill.orders o WHERE o.campaign_id = c.id) = c.sold
-	AND s.redis_stock = s.pg_stock AND s.in_flight = 0
-	FROM seckill.campaigns c, seckill_status('$goods') s WHERE c.goods = '$goods'")" t \
-	"after reconcile: orders = sold, Redis stock = total - sold, journal empty"
+# A crowd after all that, then nothing may be lost or double counted.
+sale_crowd 3 after
+wait "$SALE_CROWD"
+sale_finish
 done_testing

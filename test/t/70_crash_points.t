@@ -7,14 +7,13 @@
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
+# shellcheck source=test/t/sale.sh
+. "$(dirname "$0")/sale.sh"
 
 log=$SECKILL_TMP/postgresql.log
-goods=crash-$(date +%s)-$$
-psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
-psql -Xq -v ON_ERROR_STOP=1 -f "$SECKILL_ROOT/test/helpers.sql"
-is "$(psql_val "SELECT seckill_campaign_create('$goods', 1000) > 0")" t "campaign created"
-is "$(psql_val "SELECT seckill_preheat('$goods')")" 1000 "preheated"
-cid=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$goods'")
+sale_begin "crash-$(date +%s)-$$" 2000
+goods=$SALE_GOODS
+cid=$SALE_CID
 
 count() { grep -c "$1" "$log" || true; }
 set_crash_point() {
@@ -29,9 +28,9 @@ for point in after_reserve after_commit before_wake; do
 	set_crash_point "$point"
 	ok "[ $? -eq 0 ]" "$point: set"
 	crashes=$(count "stops at crash point \"$point\"")
-	# 16 buyers at once (pgbench connects them all before the first call)
-	echo "SELECT try_buy('$point-' || :client_id, '$goods');" >"$SECKILL_TMP/crash.sql"
-	pgbench -n -c 16 -j 2 -t 1 -f "$SECKILL_TMP/crash.sql" >/dev/null 2>&1 &
+	# 64 buyers at once (pgbench connects them all before the first call)
+	echo "SELECT try_buy('$point-' || :client_id, '$goods');" >"$SALE_WORK/crash.sql"
+	pgbench -n -c 64 -j 2 -t 1 -f "$SALE_WORK/crash.sql" >/dev/null 2>&1 &
 	crowd=$!
 	seckill_wait_for "[ \$(count 'stops at crash point \"$point\"') -gt $crashes ]" 15
 	ok "[ $? -eq 0 ]" "$point: the worker stopped there"
@@ -60,6 +59,5 @@ is "$(psql_val "SELECT count(*) FROM seckill.compensations c JOIN seckill.orders
 	"no reservation is both an order and a compensation"
 given_back=$(psql_val "SELECT count(*) FROM seckill.compensations WHERE campaign_id = $cid AND user_id LIKE 'after_reserve-%'")
 ok "[ $given_back -gt 0 ]" "the reservations made before the stop after_reserve were given back ($given_back, logged)"
-is "$(psql_val "SELECT sold = (SELECT count(*) FROM seckill.orders WHERE campaign_id = $cid) FROM seckill.campaigns WHERE id = $cid")" t \
-	"sold = orders"
+sale_finish
 done_testing

@@ -1,0 +1,78 @@
+# shellcheck shell=bash
+# A sale for the fault tests, sourced after tap.sh: a campaign, a crowd of 64
+# connections whose users repeat, and the end every fault test shares:
+# reconcile, sell the rest to fresh buyers, check the invariants of
+# shared/DESIGN.md and print the figures.
+
+# sale_begin goods stock: the campaign, preheated; sets SALE_GOODS, SALE_STOCK, SALE_CID
+sale_begin() {
+	SALE_GOODS=$1
+	SALE_STOCK=$2
+	SALE_WORK=$(mktemp -d)
+	psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
+	psql -Xq -v ON_ERROR_STOP=1 -f "$SECKILL_ROOT/test/helpers.sql"
+	is "$(psql_val "SELECT seckill_campaign_create('$SALE_GOODS', $SALE_STOCK) > 0")" t \
+		"campaign of $SALE_STOCK created" || done_testing
+	is "$(psql_val "SELECT seckill_preheat('$SALE_GOODS')")" "$SALE_STOCK" "preheated" || done_testing
+	SALE_CID=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$SALE_GOODS'")
+}
+
+# sale_crowd seconds name [users]: 64 connections, 2,000 calls/s, users drawn
+# from [1, users] (default 30,000) so that many ask twice; in the background,
+# its pid in SALE_CROWD, its pgbench output in $SALE_WORK/name.out
+sale_crowd() {
+	cat >"$SALE_WORK/$2.sql" <<SQL
+\set u random(1, ${3:-30000})
+SELECT try_buy('user-' || :u, '$SALE_GOODS');
+SQL
+	pgbench -n -c 64 -j 2 -R 2000 -T "$1" -f "$SALE_WORK/$2.sql" \
+		--log --log-prefix="$SALE_WORK/$2-txn" >"$SALE_WORK/$2.out" 2>&1 &
+	SALE_CROWD=$!
+}
+
+sale_orders() {
+	psql_val "SELECT count(*) FROM seckill.orders WHERE campaign_id = $SALE_CID AND status <> 'cancelled'"
+}
+
+sale_orders_at_least() {
+	[ "$(sale_orders 2>/dev/null || echo 0)" -ge "$1" ]
+}
+
+# sale_slowest name: the slowest call of that crowd, in ms
+sale_slowest() {
+	cat "$SALE_WORK/$1"-txn.* 2>/dev/null | awk '$3 ~ /^[0-9]+$/ && $3 > m { m = $3 } END { printf "%d", m / 1000 }'
+}
+
+# sale_finish: reconcile, sell the rest, check the invariants, print the figures
+sale_finish() {
+	local active="o.campaign_id = $SALE_CID AND o.status <> 'cancelled'" reconciled
+	reconciled=$(psql_val "SELECT * FROM seckill_reconcile('$SALE_GOODS')")
+	ok "[ $? -eq 0 ]" "reconcile: $reconciled"
+	is "$(psql_val "SELECT redis_stock = pg_stock AND in_flight = 0 FROM seckill_status('$SALE_GOODS')")" t \
+		"after reconcile: Redis' stock = total - sold, journal empty"
+	cat >"$SALE_WORK/rest.sql" <<SQL
+\set u random(1, 1000000000000000000)
+SELECT try_buy('fresh-' || :u, '$SALE_GOODS');
+SQL
+	for _ in $(seq 1 20); do
+		[ "$(sale_orders)" -ge "$SALE_STOCK" ] && break
+		pgbench -n -c 32 -j 2 -T 2 -f "$SALE_WORK/rest.sql" >/dev/null 2>&1
+	done
+	is "$(sale_orders)" "$SALE_STOCK" "fresh buyers sold the rest: exactly $SALE_STOCK orders"
+	is "$(psql_val "SELECT coalesce(sum(qty), 0) || '/' || (SELECT sold FROM seckill.campaigns WHERE id = $SALE_CID)
+		FROM seckill.orders o WHERE $active")" "$SALE_STOCK/$SALE_STOCK" "no oversell: ordered = sold = stock"
+	is "$(psql_val "SELECT count(*) FROM (SELECT 1 FROM seckill.orders o WHERE $active
+		GROUP BY o.user_id HAVING count(*) > 1) d")" 0 "no user bought twice"
+	is "$(psql_val "SELECT count(*) FROM stampede_answers a WHERE a.status = 'ok'
+		AND NOT EXISTS (SELECT 1 FROM seckill.orders o WHERE $active AND o.id = a.order_id
+			AND o.user_id = a.user_id)")" 0 "every ok answer has its committed order"
+	is "$(psql_val "SELECT count(*) FROM seckill.compensations c JOIN seckill.orders o ON o.id = c.request_id")" 0 \
+		"no reservation is both an order and a compensation"
+	is "$(psql_val "SELECT redis_stock || '/' || in_flight || '/' || redis_buyers FROM seckill_status('$SALE_GOODS')")" \
+		"0/0/$SALE_STOCK" "Redis: stock 0, journal empty, one buyer per order"
+	diag "requests $(psql_val "SELECT count(*) FROM stampede_answers"):" \
+		"$(psql_val "SELECT string_agg(status || ' ' || n, ', ') FROM (SELECT status, count(*) n
+			FROM stampede_answers GROUP BY 1 ORDER BY 1) s")" \
+		"orders $(sale_orders), compensations $(psql_val "SELECT count(*) FROM seckill.compensations WHERE campaign_id = $SALE_CID")"
+	rm -rf "$SALE_WORK"
+}

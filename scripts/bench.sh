@@ -99,10 +99,7 @@ SQL
 
 # synchronous_commit for every session and for the worker's commits
 set_sync() {
-	local before
-	before=$(grep -c 'seckill worker reloaded its configuration' "$SECKILL_TMP/postgresql.log" || true)
-	psql_q -c "ALTER SYSTEM SET synchronous_commit = $1" -c "SELECT pg_reload_conf()" >/dev/null
-	seckill_wait_for "[ \$(grep -c 'seckill worker reloaded its configuration' '$SECKILL_TMP/postgresql.log') -gt $before ]" 10
+	seckill_configure "SET synchronous_commit = $1"
 }
 
 counters() {
@@ -139,7 +136,7 @@ for c in $clients; do
 	cell 3 off "$c" pessimistic.sql
 	cell 4 off "$c" buy.sql
 done
-psql_q -c "ALTER SYSTEM RESET synchronous_commit" -c "SELECT pg_reload_conf()" >/dev/null
+seckill_configure "RESET synchronous_commit"
 
 # Redis alone: the purchase script on a campaign of its own, random users
 sha=$(seckill_redis_cli SCRIPT LOAD "$(cat "$SECKILL_ROOT/lua/buy.lua")")

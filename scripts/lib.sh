@@ -138,6 +138,18 @@ seckill_pg_restart() {
 	seckill_wait_for seckill_pg_ready 30
 }
 
+# seckill_configure "SET name = value" | "RESET name" ...: ALTER SYSTEM, reload,
+# and wait until the worker has reloaded its configuration (it logs it).
+seckill_configure() {
+	local before args=() change
+	before=$(grep -c 'seckill worker reloaded its configuration' "$SECKILL_TMP/postgresql.log" || true)
+	for change in "$@"; do
+		args+=(-c "ALTER SYSTEM $change")
+	done
+	psql -XAtq -v ON_ERROR_STOP=1 "${args[@]}" -c "SELECT pg_reload_conf()" >/dev/null || return 1
+	seckill_wait_for "[ \$(grep -c 'seckill worker reloaded its configuration' '$SECKILL_TMP/postgresql.log') -gt $before ]" 10
+}
+
 seckill_worker_pid() {
 	psql -XAtq -v ON_ERROR_STOP=1 \
 		-c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'seckill worker'"

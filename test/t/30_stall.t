@@ -43,8 +43,7 @@ is "$(psql_val "SELECT count(*) FROM stampede_answers WHERE status NOT IN ('erro
 kill -CONT "$redis_pid"
 seckill_wait_for "[ \"\$(psql_val \"SELECT status FROM seckill_buy('reconnected', '$goods')\" 2>/dev/null)\" = ok ]" 10
 ok "[ $? -eq 0 ]" "Redis back: purchases resume"
-psql -XAtq -c "ALTER SYSTEM SET seckill.redis_timeout = '5s'" -c "SELECT pg_reload_conf()" >/dev/null
-seckill_wait_for "grep -q 'seckill worker reloaded its configuration' '$SECKILL_TMP/postgresql.log'" 10
+seckill_configure "SET seckill.redis_timeout = '5s'"
 ok "[ $? -eq 0 ]" "seckill.redis_timeout = 5s reloaded"
 kill -STOP "$redis_pid"
 
@@ -79,7 +78,7 @@ kill -CONT "$redis_pid"
 seckill_wait_for "[ \"\$(psql_val \"SELECT status FROM seckill_buy('after-terminate', '$goods')\" 2>/dev/null)\" = ok ]" 10
 ok "[ $? -eq 0 ]" "the worker serves purchases after the terminated caller"
 
-psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_timeout" -c "SELECT pg_reload_conf()" >/dev/null
+seckill_configure "RESET seckill.redis_timeout"
 
 # A crowd after all that, then nothing may be lost or double counted.
 sale_crowd 3 after

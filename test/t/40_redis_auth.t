@@ -23,15 +23,9 @@ password_file() { # name content mode
 	chown postgres "$SECKILL_TMP/$1"
 	chmod "$3" "$SECKILL_TMP/$1"
 }
-reloads=0
 use_settings() { # user file
-	psql -XAtq -c "ALTER SYSTEM SET seckill.redis_user = '$1'" \
-		-c "ALTER SYSTEM SET seckill.redis_password_file = '$SECKILL_TMP/$2'" \
-		-c "SELECT pg_reload_conf()" >/dev/null
-	reloads=$((reloads + 1))
-	seckill_wait_for "[ \$(grep -c 'seckill worker reloaded its configuration' '$log') -ge \$((reloads + base_reloads)) ]" 10
+	seckill_configure "SET seckill.redis_user = '$1'" "SET seckill.redis_password_file = '$SECKILL_TMP/$2'"
 }
-base_reloads=$(grep -c 'seckill worker reloaded its configuration' "$log")
 
 password_file good.pass "$secret" 600
 use_settings seckill good.pass

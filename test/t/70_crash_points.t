@@ -16,16 +16,10 @@ goods=$SALE_GOODS
 cid=$SALE_CID
 
 count() { grep -c "$1" "$log" || true; }
-set_crash_point() {
-	local before
-	before=$(count 'seckill worker reloaded its configuration')
-	psql -XAtq -c "ALTER SYSTEM SET seckill.crash_point = '$1'" -c "SELECT pg_reload_conf()" >/dev/null
-	seckill_wait_for "[ \$(count 'seckill worker reloaded its configuration') -gt $before ]" 10
-}
 worker_up() { [ -n "$(seckill_worker_pid 2>/dev/null)" ]; }
 
 for point in after_reserve after_commit before_wake; do
-	set_crash_point "$point"
+	seckill_configure "SET seckill.crash_point = '$point'"
 	ok "[ $? -eq 0 ]" "$point: set"
 	crashes=$(count "stops at crash point \"$point\"")
 	# 64 buyers at once (pgbench connects them all before the first call)

@@ -13,10 +13,7 @@ log=$SECKILL_TMP/postgresql.log
 trap 'psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_unavailable" -c "SELECT pg_reload_conf()" >/dev/null 2>&1;
 	seckill_redis_ready || seckill_redis_start' EXIT
 
-count() { grep -c "$1" "$log" || true; }
-before=$(count 'seckill worker reloaded its configuration')
-psql -XAtq -c "ALTER SYSTEM SET seckill.redis_unavailable = 'database'" -c "SELECT pg_reload_conf()" >/dev/null
-seckill_wait_for "[ \$(count 'seckill worker reloaded its configuration') -gt $before ]" 10
+seckill_configure "SET seckill.redis_unavailable = 'database'"
 ok "[ $? -eq 0 ]" "seckill.redis_unavailable = database"
 
 sale_begin "fallback-$(date +%s)-$$" 15000

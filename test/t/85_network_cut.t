@@ -26,9 +26,7 @@ socat TCP-LISTEN:"$relay_port",bind=127.0.0.1,reuseaddr,fork TCP:127.0.0.1:"$SEC
 relay=$!
 seckill_wait_for "(exec 3<>/dev/tcp/127.0.0.1/$relay_port) 2>/dev/null" 10
 ok "[ $? -eq 0 ]" "a TCP relay to Redis on port $relay_port"
-before=$(count 'seckill worker reloaded its configuration')
-psql -XAtq -c "ALTER SYSTEM SET seckill.redis_port = $relay_port" -c "SELECT pg_reload_conf()" >/dev/null
-seckill_wait_for "[ \$(count 'seckill worker reloaded its configuration') -gt $before ]" 10
+seckill_configure "SET seckill.redis_port = $relay_port"
 ok "[ $? -eq 0 ]" "the worker goes through the relay"
 
 sale_begin "netcut-$(date +%s)-$$" 20000

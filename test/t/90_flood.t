@@ -9,15 +9,11 @@ set -uo pipefail
 # shellcheck source=test/t/sale.sh
 . "$(dirname "$0")/sale.sh"
 
-log=$SECKILL_TMP/postgresql.log
 redis_pid=$(cat "$SECKILL_TMP/redis.pid")
 trap 'kill -CONT "$redis_pid" 2>/dev/null; psql -XAtq -c "ALTER SYSTEM RESET seckill.max_queue" \
 	-c "SELECT pg_reload_conf()" >/dev/null 2>&1' EXIT
 
-count() { grep -c "$1" "$log" || true; }
-before=$(count 'seckill worker reloaded its configuration')
-psql -XAtq -c "ALTER SYSTEM SET seckill.max_queue = 16" -c "SELECT pg_reload_conf()" >/dev/null
-seckill_wait_for "[ \$(count 'seckill worker reloaded its configuration') -gt $before ]" 10
+seckill_configure "SET seckill.max_queue = 16"
 ok "[ $? -eq 0 ]" "seckill.max_queue = 16"
 
 sale_begin "flood-$(date +%s)-$$" 5000
@@ -54,7 +50,7 @@ is "$(psql_val "SELECT count(*) FROM stampede_answers WHERE status NOT IN ('busy
 	"no call claimed an outcome while Redis was stalled"
 
 # Redis back: every connection's slot still works, the worker serves them all
-psql -XAtq -c "ALTER SYSTEM RESET seckill.max_queue" -c "SELECT pg_reload_conf()" >/dev/null
+seckill_configure "RESET seckill.max_queue"
 seckill_wait_for "[ \"\$(psql_val \"SELECT status FROM seckill_buy('probe', '$goods')\" 2>/dev/null)\" = ok ]" 15
 ok "[ $? -eq 0 ]" "Redis back: purchases resume"
 psql_val "TRUNCATE stampede_answers" >/dev/null

@@ -56,6 +56,15 @@ use_settings seckill good.pass
 seckill_wait_for "[ \"\$(psql_val \"SELECT status FROM seckill_buy('bob', '$goods')\" 2>/dev/null)\" = ok ]" 10
 ok "[ $? -eq 0 ]" "purchases resume with the right password"
 
+# a sale as the ACL user: 64 connections, then the invariants
+# shellcheck source=test/t/sale.sh
+. "$(dirname "$0")/sale.sh"
+sale_begin "$goods-sale" 3000
+sale_crowd 3 acl
+wait "$SALE_CROWD"
+ok "grep -q 'number of failed transactions: 0' '$SALE_WORK/acl.out'" "a 64-connection sale as the ACL user"
+sale_finish
+
 # the secret is nowhere to be read
 ok "! grep -q -e '$secret' -e '$wrong' '$log'" "the server log holds neither password"
 is "$(psql_val "SELECT count(*) FROM pg_settings WHERE setting LIKE '%$secret%'")" 0 "no setting holds the password"

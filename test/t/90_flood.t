@@ -25,9 +25,14 @@ cat >"$work/flood.sql" <<SQL
 SELECT try_buy('flood-' || :u, '$goods');
 SQL
 kill -STOP "$redis_pid"
+waiting="SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Extension' AND query LIKE '%try_buy%'"
+psql -XAtq -c "SELECT try_buy('gone-away', '$goods')" >/dev/null 2>&1 &
+client=$!
+seckill_wait_for "[ \$(psql_val \"$waiting AND query LIKE '%gone-away%'\") -ge 1 ]" 10
+kill -9 "$client"
+ok "[ $? -eq 0 ]" "a waiting client disconnected (its process killed)"
 pgbench -n -c 128 -j 2 -T 4 -f "$work/flood.sql" --log --log-prefix="$work/txn" >"$work/flood.out" 2>&1 &
 flood=$!
-waiting="SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Extension' AND query LIKE '%try_buy%'"
 seckill_wait_for "[ \$(psql_val \"$waiting\") -ge 10 ]" 10
 ok "[ $? -eq 0 ]" "callers wait on the stuck worker"
 cancelled=$(psql_val "SELECT count(pg_cancel_backend(pid)) FROM (SELECT pid FROM pg_stat_activity

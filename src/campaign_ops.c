@@ -152,7 +152,9 @@ replay_campaign(int64 id, int *committed, int *compensated)
 	const char *keys[3];
 	int			n;
 	int64	   *ids;
+	const char **users;
 	bool	   *exists;
+	bool	   *active;
 	int			ncommitted = 0;
 
 	campaign_keys(id, keys);
@@ -172,11 +174,19 @@ replay_campaign(int64 id, int *committed, int *compensated)
 		return true;
 
 	ids = palloc(sizeof(int64) * n);
+	users = palloc(sizeof(char *) * n);
 	for (int i = 0; i < n; i++)
+	{
+		const char *sep = strchr(r[0].element[2 * i + 1].str, ':');
+
 		ids[i] = strtoll(r[0].element[2 * i].str, NULL, 10);
+		users[i] = sep ? sep + 1 : "";
+	}
 
 	store_begin("seckill: replay journal");
 	exists = store_orders_exist(ids, n);
+	/* a user with another, committed order stays a buyer in Redis */
+	active = store_have_active_order(id, users, n);
 	for (int i = 0; i < n; i++)
 	{
 		const char *entry = r[0].element[2 * i + 1].str;
@@ -201,7 +211,7 @@ replay_campaign(int64 id, int *committed, int *compensated)
 		}
 		else
 		{
-			const char *args[2] = {reqid, "drop"};
+			const char *args[2] = {reqid, active[i] ? "keep" : "drop"};
 
 			sk_pipeline_script(&p, SK_SCRIPT_COMPENSATE, 3, keys, 2, args);
 		}

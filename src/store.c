@@ -351,6 +351,34 @@ store_orders_exist(const int64 *ids, int n)
 	return exists;
 }
 
+/* Inside a transaction: which of these users hold an active order in the campaign? */
+bool *
+store_have_active_order(int64 campaign_id, const char **users, int n)
+{
+	Oid			types[2] = {INT8OID, TEXTARRAYOID};
+	Datum		values[2];
+	Datum	   *texts = palloc(sizeof(Datum) * n);
+	bool	   *active = MemoryContextAllocZero(caller_cxt, sizeof(bool) * n);
+
+	for (int i = 0; i < n; i++)
+		texts[i] = CStringGetTextDatum(users[i]);
+	values[0] = Int64GetDatum(campaign_id);
+	values[1] = PointerGetDatum(construct_array(texts, n, TEXTOID, -1, false, TYPALIGN_INT));
+	run("SELECT user_id FROM seckill.orders"
+		" WHERE campaign_id = $1 AND status <> 'cancelled' AND user_id = ANY ($2)",
+		2, types, values, SPI_OK_SELECT);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		char	   *user = TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+
+		for (int i = 0; i < n; i++)
+			if (strcmp(users[i], user) == 0)
+				active[i] = true;
+	}
+	return active;
+}
+
 static void
 row_from_tuple(HeapTuple tuple, TupleDesc desc, SkCampaignRow *row)
 {

@@ -45,6 +45,7 @@ extern void store_commit_orders(SkOrder *orders, int n, bool reserved_in_redis);
 extern void store_log_compensation(int64 request_id, int64 campaign_id,
 								   const char *user_id, int qty, const char *reason);
 extern bool *store_orders_exist(const int64 *ids, int n);
+extern bool *store_have_active_order(int64 campaign_id, const char **users, int n);
 extern bool store_campaign(int64 id, SkCampaignRow *row);
 extern List *store_campaigns_in_state(const char *state);
 extern List *store_buyers(int64 campaign_id);

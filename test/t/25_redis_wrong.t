@@ -46,6 +46,16 @@ is "$(psql_val "SELECT count(*) FROM seckill.compensations WHERE campaign_id = $
 is "$(seckill_redis_cli HGET "$meta" stock)" 4 "its stock went back to Redis (10 - 6)"
 is "$(seckill_redis_cli SISMEMBER "$buyers" alice)" 1 "alice is a buyer in Redis again"
 
+# 1b. A journal entry for alice that never became an order (as if the worker
+#     had lost the answer): the replay gives it back but keeps alice a buyer,
+#     since she holds an order.
+seckill_redis_cli HSET "seckill:{c:$cid}:journal" 999999999 "1:alice" >/dev/null
+seckill_redis_cli HINCRBY "$meta" stock -1 >/dev/null
+seckill_redis_cli CLIENT KILL TYPE normal >/dev/null
+is "$(psql_val "SELECT in_flight FROM seckill_status('$goods')")" 0 "the new connection replayed the journal"
+is "$(seckill_redis_cli SISMEMBER "$buyers" alice)" 1 "alice is still a buyer"
+is "$(seckill_redis_cli HGET "$meta" stock)" 4 "and the reserved item is back in stock"
+
 # 2. Redis counts 3 items that are not there.
 seckill_redis_cli HINCRBY "$meta" stock 3 >/dev/null
 buy_all v1 v2 v3 v4 v5 v6 v7

@@ -241,13 +241,9 @@ replay_campaign(int64 id, int *committed, int *compensated)
 bool
 sk_replay_all(void)
 {
-	List	   *rows = NIL;
+	List	   *rows = store_preheated_campaigns();
 	ListCell   *lc;
 
-	store_begin("seckill: list campaigns");
-	if (store_schema_exists())
-		rows = store_campaigns_in_state("preheated");
-	store_commit();
 	foreach(lc, rows)
 	{
 		SkCampaignRow *row = lfirst(lc);

@@ -38,8 +38,6 @@ typedef enum SeckillStatus
 	SK_ERR_LOCKED				/* the campaign's lock is held elsewhere */
 } SeckillStatus;
 
-#define SK_FIRST_ERROR SK_ERR_REDIS
-
 extern const char *seckill_status_name(SeckillStatus status);
 
 /* GUCs (seckill.c) */

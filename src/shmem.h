@@ -102,7 +102,6 @@ typedef struct SeckillShared
 	LWLock	   *queue_lock;		/* guards the queue */
 	LWLock	   *campaigns_lock; /* guards the campaign cache */
 	Latch	   *worker_latch;	/* NULL while no worker serves requests */
-	pid_t		worker_pid;
 	Oid			database_id;	/* the database the worker serves */
 	pg_atomic_uint32 install_generation;	/* bumped by each CREATE EXTENSION */
 	bool		sales_from_database;	/* Redis unreachable: selling from PostgreSQL alone */

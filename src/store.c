@@ -84,15 +84,6 @@ run(const char *sql, int nargs, Oid *types, Datum *values, int expected)
 		elog(ERROR, "SPI failed for \"%s\": %s", sql, SPI_result_code_string(rc));
 }
 
-/* Is the extension installed in this database? (The worker starts before it may be.) */
-bool
-store_schema_exists(void)
-{
-	run("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'seckill'",
-		0, NULL, NULL, SPI_OK_SELECT);
-	return SPI_processed > 0;
-}
-
 /* Forget the block of order ids: its sequence was dropped. */
 void
 store_forget_order_ids(void)
@@ -414,25 +405,34 @@ store_campaign(int64 id, SkCampaignRow *row)
 	return true;
 }
 
-/* Inside a transaction: every campaign in this state, as SkCampaignRow *. */
+/*
+ * Every preheated campaign, as SkCampaignRow *, in a transaction of its own;
+ * none while the extension is not installed (the worker starts before it
+ * may be).
+ */
 List *
-store_campaigns_in_state(const char *state)
+store_preheated_campaigns(void)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(state)};
 	List	   *rows = NIL;
 	MemoryContext spi_cxt;
 
-	run(CAMPAIGN_COLUMNS "WHERE state = $1 ORDER BY id", 1, types, values, SPI_OK_SELECT);
-	spi_cxt = MemoryContextSwitchTo(caller_cxt);
-	for (uint64 r = 0; r < SPI_processed; r++)
+	store_begin("seckill: list campaigns");
+	run("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'seckill'",
+		0, NULL, NULL, SPI_OK_SELECT);
+	if (SPI_processed > 0)
 	{
-		SkCampaignRow *row = palloc(sizeof(SkCampaignRow));
+		run(CAMPAIGN_COLUMNS "WHERE state = 'preheated' ORDER BY id", 0, NULL, NULL, SPI_OK_SELECT);
+		spi_cxt = MemoryContextSwitchTo(caller_cxt);
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			SkCampaignRow *row = palloc(sizeof(SkCampaignRow));
 
-		row_from_tuple(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, row);
-		rows = lappend(rows, row);
+			row_from_tuple(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, row);
+			rows = lappend(rows, row);
+		}
+		MemoryContextSwitchTo(spi_cxt);
 	}
-	MemoryContextSwitchTo(spi_cxt);
+	store_commit();
 	return rows;
 }
 

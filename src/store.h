@@ -38,7 +38,6 @@ typedef struct SkCampaignRow
 
 extern void store_begin(const char *activity);
 extern void store_commit(void);
-extern bool store_schema_exists(void);
 extern void store_take_order_ids(int64 *ids, int n);
 extern void store_forget_order_ids(void);
 extern void store_commit_orders(SkOrder *orders, int n, bool reserved_in_redis);
@@ -47,7 +46,7 @@ extern void store_log_compensation(int64 request_id, int64 campaign_id,
 extern bool *store_orders_exist(const int64 *ids, int n);
 extern bool *store_have_active_order(int64 campaign_id, const char **users, int n);
 extern bool store_campaign(int64 id, SkCampaignRow *row);
-extern List *store_campaigns_in_state(const char *state);
+extern List *store_preheated_campaigns(void);
 extern List *store_buyers(int64 campaign_id);
 extern void store_set_state(int64 campaign_id, const char *state);
 

@@ -80,7 +80,6 @@ static void
 worker_exit(int code, Datum arg)
 {
 	seckill_shared->worker_latch = NULL;
-	seckill_shared->worker_pid = 0;
 	seckill_fail_taken_slots("the seckill worker stopped while it held this request");
 }
 
@@ -287,12 +286,9 @@ serve_from_database(RoundItem **items, int n)
 static bool
 leave_database_mode(void)
 {
-	List	   *rows = NIL;
+	List	   *rows = store_preheated_campaigns();
 	ListCell   *lc;
 
-	store_begin("seckill: list campaigns");
-	rows = store_campaigns_in_state("preheated");
-	store_commit();
 	foreach(lc, rows)
 	{
 		SkCampaignRow *row = lfirst(lc);
@@ -529,17 +525,9 @@ serve_round(const int *slots, int n)
 static void
 load_campaign_cache(void)
 {
-	List	   *rows;
+	List	   *rows = store_preheated_campaigns();
 	ListCell   *lc;
 
-	store_begin("seckill: load campaigns");
-	if (!store_schema_exists())
-	{
-		store_commit();
-		return;
-	}
-	rows = store_campaigns_in_state("preheated");
-	store_commit();
 	foreach(lc, rows)
 	{
 		SkCampaignRow *row = lfirst(lc);
@@ -582,7 +570,6 @@ seckill_worker_main(Datum main_arg)
 	load_campaign_cache();
 
 	seckill_shared->database_id = MyDatabaseId;
-	seckill_shared->worker_pid = MyProcPid;
 	seckill_shared->worker_latch = MyLatch;
 	ereport(LOG, (errmsg("seckill worker started for database \"%s\"", seckill_database)));
 

@@ -3,7 +3,8 @@
 --   KEYS[1] meta hash, KEYS[2] buyers set, KEYS[3] journal hash,
 --   KEYS[4] staged buyers set
 --   ARGV[1] stock, ARGV[2] starts (microseconds since the Unix epoch),
---   ARGV[3] ends (same, or 'inf'), ARGV[4] per-user limit, ARGV[5] state
+--   ARGV[3] ends (same, or 'inf'), ARGV[4] per-user limit, ARGV[5] state,
+--   ARGV[6..] field/value pairs of the traffic limits
 -- Refuses while the journal holds reservations: they must be settled first,
 -- or the stock computed from PostgreSQL would not count them.
 if redis.call('HLEN', KEYS[3]) > 0 then
@@ -17,5 +18,5 @@ end
 -- a fresh hash: no field or expiry of an earlier campaign with this id survives
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'stock', ARGV[1], 'starts', ARGV[2],
-	'ends', ARGV[3], 'limit', ARGV[4], 'state', ARGV[5])
+	'ends', ARGV[3], 'limit', ARGV[4], 'state', ARGV[5], unpack(ARGV, 6))
 return redis.call('SCARD', KEYS[2])

@@ -159,9 +159,10 @@ SELECT campaign_goods, released FROM seckill_release_expired();  -- no campaign 
 CREATE ROLE seckill_nobody;
 CREATE ROLE seckill_app;
 GRANT USAGE ON SCHEMA seckill TO seckill_app;
-GRANT SELECT ON seckill.campaigns, seckill.orders TO seckill_app;
-GRANT EXECUTE ON FUNCTION seckill_buy(text, text, int), seckill_order(text, text),
-	seckill_pay(bigint), seckill_cancel(bigint) TO seckill_app;
+GRANT SELECT (id, goods, total_stock, sold, starts_at, ends_at, state) ON seckill.campaigns TO seckill_app;
+GRANT SELECT ON seckill.orders TO seckill_app;
+GRANT EXECUTE ON FUNCTION seckill_buy(text, text, int, text, inet), seckill_order(text, text),
+	seckill_token(text, text), seckill_pay(bigint), seckill_cancel(bigint) TO seckill_app;
 SET ROLE seckill_nobody;
 SELECT * FROM seckill_buy('mallory', 'rollback');
 SELECT seckill_preheat('rollback');
@@ -174,7 +175,59 @@ SELECT seckill_pay(order_id) FROM seckill_order('app-user', 'rollback');
 SELECT seckill_close('rollback');
 SELECT * FROM seckill_reconcile();
 SELECT * FROM seckill_status('rollback');
+SELECT token_secret FROM seckill.campaigns;
+SELECT count(*) FROM seckill.stats;
 RESET ROLE;
+
+-- traffic limits: checked, changed in place, returned whole
+SELECT seckill_campaign_create('limited', 100) IS NOT NULL AS created;
+SELECT seckill_campaign_set('limited', '[1]');
+SELECT seckill_campaign_set('limited', NULL);
+SELECT seckill_campaign_set('limited', '{"user_rates": 1}');
+SELECT seckill_campaign_set('limited', '{"user_rate": "fast"}');
+SELECT seckill_campaign_set('limited', '{"user_rate": 0}');
+SELECT seckill_campaign_set('limited', '{"user_burst": 0}');
+SELECT seckill_campaign_set('limited', '{"max_in_flight": 1.5}');
+SELECT seckill_campaign_set('limited', '{"token_ttl": "8 days"}');
+SELECT seckill_campaign_set('no-such-goods', '{}');
+SELECT seckill_campaign_set('limited', '{"user_rate": 0.001, "user_burst": 2, "addr_rate": 0.001}');
+SELECT seckill_preheat('limited');
+SELECT seckill_stats_reset() >= now() AS reset;
+-- two calls of one user in the bucket (ok, then duplicate), the third is refused
+SELECT status FROM seckill_buy('alice', 'limited', client_addr => NULL);
+SELECT status FROM seckill_buy('alice', 'limited', client_addr => NULL);
+SELECT status FROM seckill_buy('alice', 'limited', client_addr => NULL);
+-- one address: a burst of one (the rate rounded up), then refused; no address, no limit
+SELECT status FROM seckill_buy('bob', 'limited', client_addr => '10.0.0.2');
+SELECT status FROM seckill_buy('carol', 'limited', client_addr => '10.0.0.2');
+SELECT status FROM seckill_buy('dave', 'limited', client_addr => NULL);
+-- changed while the sale runs: no reset of the buckets
+SELECT seckill_campaign_set('limited', '{"user_burst": 5, "addr_rate": null}');
+SELECT status FROM seckill_buy('alice', 'limited', client_addr => NULL);
+SELECT status FROM seckill_buy('carol', 'limited', client_addr => '10.0.0.2');
+SELECT goods, calls, ok, duplicate, rate_limited, errors, in_flight, call_p50_ms > 0 AS timed
+FROM seckill.stats WHERE goods = 'limited';
+SELECT calls, ok, rate_limited, redis_p99_ms > 0 AS redis_timed, rounds > 0 AS rounds
+FROM seckill.stats WHERE campaign_id IS NULL;
+
+-- one-time tokens: a purchase needs one, it works once, for its user only
+SELECT seckill_campaign_set('limited', '{"user_rate": null, "token_required": true, "token_ttl": "1 minute"}');
+SELECT status FROM seckill_buy('erin', 'limited');
+SELECT status FROM seckill_buy('erin', 'limited', token => 'forged');
+SELECT status FROM seckill_buy('erin', 'limited', token => '1-0123456789abcdef-0123456789abcdef0123456789abcdef');
+SELECT seckill_token('erin', 'limited') AS erin_token \gset
+SELECT seckill_token('frank', 'limited') AS frank_token \gset
+SELECT status FROM seckill_buy('frank', 'limited', token => :'erin_token');
+SELECT status FROM seckill_buy('erin', 'limited', token => :'erin_token');
+SELECT status FROM seckill_buy('erin', 'limited', token => :'erin_token');
+SELECT status FROM seckill_buy('frank', 'limited', token => upper(:'frank_token'));
+SELECT status FROM seckill_buy('frank', 'limited', token => :'frank_token');
+SELECT length(:'erin_token') AS token_length, :'erin_token' <> :'frank_token' AS distinct_tokens;
+SELECT seckill_token('erin', 'no-such-goods');
+SELECT seckill_token(NULL, 'limited');
+SELECT seckill_close('limited');
+SELECT seckill_token('erin', 'limited');
+SELECT goods, calls, ok, duplicate, rate_limited, invalid_token FROM seckill.stats WHERE goods = 'limited';
 
 -- a new installation starts afresh: no cached campaign, order ids from its own sequence
 SELECT count(*) AS closed FROM seckill.campaigns c, LATERAL seckill_close(c.goods) WHERE c.state <> 'closed';
@@ -185,8 +238,18 @@ SELECT seckill_campaign_create('tickets', 1);
 SELECT seckill_preheat('tickets');
 SELECT * FROM seckill_buy('alice', 'tickets');
 
--- clean up
 SELECT seckill_close('tickets');
+
+-- from 1.0 to 1.1: the roles that could buy still can
+DROP EXTENSION seckill;
+CREATE EXTENSION seckill VERSION '1.0';
+GRANT EXECUTE ON FUNCTION seckill_buy(text, text, int) TO seckill_app;
+ALTER EXTENSION seckill UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'seckill';
+SELECT has_function_privilege('seckill_app', 'seckill_buy(text, text, int, text, inet)', 'EXECUTE') AS app_buys,
+	   has_function_privilege('seckill_nobody', 'seckill_buy(text, text, int, text, inet)', 'EXECUTE') AS nobody_buys;
+
+-- clean up
 DROP EXTENSION seckill;
 DROP ROLE seckill_app;
 DROP ROLE seckill_nobody;

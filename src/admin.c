@@ -23,6 +23,7 @@ PG_FUNCTION_INFO_V1(seckill_worker_counters);
 PG_FUNCTION_INFO_V1(seckill_cancel);
 PG_FUNCTION_INFO_V1(seckill_restock);
 PG_FUNCTION_INFO_V1(seckill_release_campaign);
+PG_FUNCTION_INFO_V1(seckill_apply_limits);
 
 /* The id of the open campaign for goods; ERROR when there is none. */
 int64
@@ -124,7 +125,10 @@ seckill_reset_shared_state(PG_FUNCTION_ARGS)
 	{
 		LWLockAcquire(seckill_shared->campaigns_lock, LW_EXCLUSIVE);
 		for (int i = 0; i < seckill_max_campaigns; i++)
+		{
 			seckill_campaigns[i].id = 0;
+			seckill_stats[i].campaign_id = 0;
+		}
 		LWLockRelease(seckill_shared->campaigns_lock);
 		pg_atomic_fetch_add_u32(&seckill_shared->install_generation, 1);
 	}
@@ -191,4 +195,35 @@ seckill_restock(PG_FUNCTION_ARGS)
 	reply = seckill_call_checked(SK_REQ_RESTOCK, seckill_open_campaign_id(goods), NULL,
 								 PG_GETARG_INT32(1));
 	PG_RETURN_INT32((int32) reply.values[0]);
+}
+
+/*
+ * seckill.apply_limits(campaign_id bigint, user_rate float8, user_burst int,
+ *		addr_rate float8, addr_burst int, max_in_flight int,
+ *		token_required bool, token_ttl_us bigint) RETURNS void
+ *
+ * The worker stores the campaign's traffic limits (NULL: none), validated by
+ * seckill_campaign_set(), and passes them on to Redis and the campaign cache.
+ */
+Datum
+seckill_apply_limits(PG_FUNCTION_ARGS)
+{
+	SeckillRequest request;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(6) || PG_ARGISNULL(7))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("campaign_id, token_required and token_ttl_us must not be null")));
+	memset(&request, 0, sizeof(request));
+	request.kind = SK_REQ_LIMITS;
+	request.campaign_id = PG_GETARG_INT64(0);
+	request.limits.user_rate = PG_ARGISNULL(1) ? 0 : PG_GETARG_FLOAT8(1);
+	request.limits.user_burst = PG_ARGISNULL(2) ? 0 : PG_GETARG_INT32(2);
+	request.limits.addr_rate = PG_ARGISNULL(3) ? 0 : PG_GETARG_FLOAT8(3);
+	request.limits.addr_burst = PG_ARGISNULL(4) ? 0 : PG_GETARG_INT32(4);
+	request.limits.max_in_flight = PG_ARGISNULL(5) ? 0 : PG_GETARG_INT32(5);
+	request.limits.token_required = PG_GETARG_BOOL(6);
+	request.limits.token_ttl = PG_GETARG_INT64(7);
+	(void) seckill_request_checked(&request);
+	PG_RETURN_VOID();
 }

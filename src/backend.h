@@ -20,6 +20,7 @@ typedef struct CampaignInfo
 	TimestampTz starts_at;
 	TimestampTz ends_at;
 	int32		per_user_limit;
+	SeckillLimits limits;
 } CampaignInfo;
 
 extern char *seckill_id_arg(FunctionCallInfo fcinfo, int argno, const char *name, int maxlen);

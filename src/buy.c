@@ -15,7 +15,13 @@
 #include "access/htup_details.h"
 #include "executor/spi.h"
 #include "funcapi.h"
+#include "catalog/pg_authid.h"
+#include "miscadmin.h"
+#include "stats.h"
+#include "store.h"
+#include "token.h"
 #include "utils/builtins.h"
+#include "utils/inet.h"
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(seckill_buy);
@@ -58,21 +64,31 @@ seckill_campaign_by_goods(const char *goods, CampaignInfo *info)
 	Datum		values[1] = {CStringGetTextDatum(goods)};
 	bool		found = false;
 	bool		isnull;
+	Oid			save_user;
+	int			save_sec;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (plan == NULL)
 	{
-		plan = SPI_prepare("SELECT id, state, starts_at, ends_at, per_user_limit "
-						   "FROM seckill.campaigns WHERE goods = $1 "
+		plan = SPI_prepare("SELECT id, state, starts_at, ends_at, per_user_limit, "
+						   LIMITS_COLUMNS " FROM seckill.campaigns WHERE goods = $1 "
 						   "ORDER BY state <> 'closed' DESC, id DESC LIMIT 1",
 						   1, types);
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
 		SPI_keepplan(plan);
 	}
+	/*
+	 * As the bootstrap superuser, as RI triggers switch to the table's owner:
+	 * callers need no grant on seckill.campaigns, whose token secrets are not
+	 * theirs to read.  An error restores the caller's identity on abort.
+	 */
+	GetUserIdAndSecContext(&save_user, &save_sec);
+	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID, save_sec | SECURITY_LOCAL_USERID_CHANGE);
 	if (SPI_execute_plan(plan, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "reading seckill.campaigns failed");
+	SetUserIdAndSecContext(save_user, save_sec);
 	if (SPI_processed > 0)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[0];
@@ -84,6 +100,7 @@ seckill_campaign_by_goods(const char *goods, CampaignInfo *info)
 		info->starts_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 3, &isnull));
 		info->ends_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 4, &isnull));
 		info->per_user_limit = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
+		store_limits_from_tuple(tup, desc, 6, &info->limits);
 		found = true;
 	}
 	SPI_finish();
@@ -191,63 +208,135 @@ check_qty(int qty, int per_user_limit)
 }
 
 /*
- * seckill_buy(user_id text, goods text, qty int DEFAULT 1)
+ * Decide one purchase.  *stats is set to the campaign's stats entry as soon
+ * as it is known, so that the caller can count an error too.
+ */
+static SeckillStatus
+buy(SeckillRequest *request, const char *goods, const char *token,
+	TimestampTz now, volatile int *stats, int64 *order_id)
+{
+	SeckillCampaign cached;
+	SeckillLimits *limits;
+	SeckillStats *volatile st = NULL;
+	uint32		in_flight;
+	SeckillReply reply;
+
+	if (seckill_campaign_lookup(goods, &cached))
+	{
+		*stats = cached.stats;
+		check_qty(request->qty, cached.per_user_limit);
+		if (now < cached.starts_at)
+			return SK_NOT_STARTED;
+		if (now >= cached.ends_at)
+			return SK_ENDED;
+		if (pg_atomic_read_u32(&cached.sold_out))
+			return SK_SOLD_OUT;
+		request->campaign_id = cached.id;
+		limits = &cached.limits;
+		st = &seckill_stats[cached.stats];
+	}
+	else
+	{
+		CampaignInfo *info = palloc(sizeof(CampaignInfo));
+
+		if (!seckill_campaign_by_goods(goods, info))
+			return SK_UNKNOWN_GOODS;
+		if (strcmp(info->state, "closed") == 0)
+			return SK_ENDED;
+		check_qty(request->qty, info->per_user_limit);
+		if (strcmp(info->state, "draft") == 0)
+			return SK_NOT_STARTED;
+		request->campaign_id = info->id;
+		limits = &info->limits;
+	}
+
+	if (limits->token_required &&
+		(token == NULL ||
+		 !seckill_token_verify(request->campaign_id, limits, request->user_id, token,
+							   request->token_nonce, &request->token_expiry)))
+		return SK_INVALID_TOKEN;
+
+	/* admission control: shed load at once rather than grow the queue */
+	if (seckill_max_queue > 0 && seckill_shared->queue_len >= (uint32) seckill_max_queue)
+		return SK_BUSY;
+	if (st != NULL)
+	{
+		in_flight = pg_atomic_fetch_add_u32(&st->in_flight, 1);
+		if (limits->max_in_flight > 0 && in_flight >= (uint32) limits->max_in_flight)
+		{
+			pg_atomic_fetch_sub_u32(&st->in_flight, 1);
+			return SK_BUSY;
+		}
+	}
+	PG_TRY();
+	{
+		reply = seckill_request_checked(request);
+	}
+	PG_FINALLY();
+	{
+		if (st != NULL)
+			pg_atomic_fetch_sub_u32(&st->in_flight, 1);
+	}
+	PG_END_TRY();
+	*order_id = reply.order_id;
+	return reply.status;
+}
+
+/*
+ * seckill_buy(user_id text, goods text, qty int DEFAULT 1, token text
+ *			   DEFAULT NULL, client_addr inet DEFAULT inet_client_addr())
  *		RETURNS (status text, order_id bigint)
+ *
+ * The answer and its latency are counted in seckill.stats, errors too.
  */
 Datum
 seckill_buy(PG_FUNCTION_ARGS)
 {
 	char	   *user_id = seckill_id_arg(fcinfo, 0, "user_id", SECKILL_MAX_USER_LEN);
 	char	   *goods = seckill_id_arg(fcinfo, 1, "goods", SECKILL_MAX_GOODS_LEN);
-	int			qty;
-	SeckillCampaign cached;
-	int64		campaign_id;
-	SeckillReply reply;
+	char	   *token = NULL;
+	SeckillRequest request;
+	TimestampTz start;
+	volatile int stats = -1;
+	SeckillStatus status;
+	int64		order_id = 0;
 
+	memset(&request, 0, sizeof(request));
+	request.kind = SK_REQ_BUY;
+	strlcpy(request.user_id, user_id, sizeof(request.user_id));
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("qty must not be null")));
-	qty = PG_GETARG_INT32(2);
-	if (qty < 1)
+	request.qty = PG_GETARG_INT32(2);
+	if (request.qty < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("qty must be at least 1")));
+	/* the 1.0 definition of the function has three arguments */
+	if (PG_NARGS() > 3 && !PG_ARGISNULL(3))
+		token = text_to_cstring(PG_GETARG_TEXT_PP(3));
+	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
+	{
+		char	   *addr = DatumGetCString(DirectFunctionCall1(inet_out, PG_GETARG_DATUM(4)));
+
+		strlcpy(request.client_addr, addr, sizeof(request.client_addr));
+	}
 	seckill_check_database();
 
-	if (seckill_campaign_lookup(goods, &cached))
+	start = GetCurrentTimestamp();
+	PG_TRY();
 	{
-		TimestampTz now = GetCurrentTimestamp();
-
-		check_qty(qty, cached.per_user_limit);
-		if (now < cached.starts_at)
-			return buy_result(fcinfo, SK_NOT_STARTED, 0);
-		if (now >= cached.ends_at)
-			return buy_result(fcinfo, SK_ENDED, 0);
-		if (pg_atomic_read_u32(&cached.sold_out))
-			return buy_result(fcinfo, SK_SOLD_OUT, 0);
-		campaign_id = cached.id;
+		status = buy(&request, goods, token, start, &stats, &order_id);
 	}
-	else
+	PG_CATCH();
 	{
-		CampaignInfo info;
-
-		if (!seckill_campaign_by_goods(goods, &info))
-			return buy_result(fcinfo, SK_UNKNOWN_GOODS, 0);
-		if (strcmp(info.state, "closed") == 0)
-			return buy_result(fcinfo, SK_ENDED, 0);
-		check_qty(qty, info.per_user_limit);
-		if (strcmp(info.state, "draft") == 0)
-			return buy_result(fcinfo, SK_NOT_STARTED, 0);
-		campaign_id = info.id;
+		seckill_stats_count(stats, SK_STAT_ERRORS, GetCurrentTimestamp() - start);
+		PG_RE_THROW();
 	}
-
-	/* admission control: shed load at once rather than grow the queue */
-	if (seckill_max_queue > 0 && seckill_shared->queue_len >= (uint32) seckill_max_queue)
-		return buy_result(fcinfo, SK_BUSY, 0);
-
-	reply = seckill_call_checked(SK_REQ_BUY, campaign_id, user_id, qty);
-	return buy_result(fcinfo, reply.status, reply.order_id);
+	PG_END_TRY();
+	seckill_stats_count(stats, status, GetCurrentTimestamp() - start);
+	return buy_result(fcinfo, status, order_id);
 }
 
 /*

@@ -18,6 +18,7 @@
 #include "access/xlog.h"
 #include "miscadmin.h"
 #include "redis.h"
+#include "stats.h"
 #include "store.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -226,7 +227,7 @@ replay_campaign(int64 id, int *committed, int *compensated)
 		if (!exists[i] && r[i].type == REDIS_REPLY_ARRAY && r[i].elements == 2)
 			sk_note_stock(id, sk_reply_int(&r[i].element[1]));
 	}
-	pg_atomic_fetch_add_u64(&seckill_shared->counters.compensations, n - ncommitted);
+	seckill_stats_compensated(id, n - ncommitted);
 	ereport(LOG,
 			(errmsg("seckill worker replayed the journal of campaign " INT64_FORMAT ": %d committed, %d given back",
 					id, ncommitted, n - ncommitted)));
@@ -265,6 +266,31 @@ usec_arg(TimestampTz ts)
 }
 
 /*
+ * The traffic limits as field/value pairs of the campaign's hash in Redis,
+ * where the purchase script reads them (lua/buy.lua).  Returns the count.
+ */
+#define LIMIT_ARGS 10
+
+static int
+limit_args(const SeckillLimits *l, const char **argv)
+{
+	int			n = 0;
+
+	argv[n++] = "user_rate";
+	argv[n++] = psprintf("%.17g", l->user_rate);
+	argv[n++] = "user_burst";
+	argv[n++] = psprintf("%d", l->user_burst);
+	argv[n++] = "addr_rate";
+	argv[n++] = psprintf("%.17g", l->addr_rate);
+	argv[n++] = "addr_burst";
+	argv[n++] = psprintf("%d", l->addr_burst);
+	argv[n++] = "token";
+	argv[n++] = l->token_required ? "1" : "0";
+	Assert(n == LIMIT_ARGS);
+	return n;
+}
+
+/*
  * Load the campaign from PostgreSQL into Redis (stock = total - sold, buyers
  * = users with an active order) and into the campaign cache.  The caller
  * holds the lease.
@@ -278,7 +304,7 @@ rebuild_locked(int64 id, SeckillReply *reply)
 	SkPipeline	p;
 	SkReply    *r;
 	const char *keys[4];
-	const char *args[5];
+	const char *args[5 + LIMIT_ARGS];
 	const char **sadd;
 	int			nsadd = 0;
 	ListCell   *lc;
@@ -351,7 +377,7 @@ rebuild_locked(int64 id, SeckillReply *reply)
 	args[2] = usec_arg(row.ends_at);
 	args[3] = psprintf("%d", row.per_user_limit);
 	args[4] = "open";
-	sk_pipeline_script(&p, SK_SCRIPT_LOAD, 4, keys, 5, args);
+	sk_pipeline_script(&p, SK_SCRIPT_LOAD, 4, keys, 5 + limit_args(&row.limits, &args[5]), args);
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 	{
@@ -372,7 +398,7 @@ rebuild_locked(int64 id, SeckillReply *reply)
 		store_commit();
 	}
 	(void) seckill_campaign_store(id, row.goods, row.starts_at, row.ends_at,
-								  row.per_user_limit, stock <= 0);
+								  row.per_user_limit, &row.limits, row.created_at, stock <= 0);
 	ereport(LOG,
 			(errmsg("seckill worker loaded campaign " INT64_FORMAT " (\"%s\") into Redis: stock %d, %d buyers",
 					id, row.goods, stock, list_length(buyers))));
@@ -632,6 +658,44 @@ restock_locked(int64 id, int delta, SeckillReply *reply)
 	reply->values[0] = row.total_stock;
 }
 
+/*
+ * New traffic limits: PostgreSQL first, then Redis' copy, which takes effect
+ * with the next purchase; the rate limiters' buckets are left as they are.
+ */
+static void
+limits_locked(int64 id, const SeckillLimits *limits, SeckillReply *reply)
+{
+	SkCampaignRow row;
+	bool		found;
+
+	store_begin("seckill: set campaign limits");
+	store_set_limits(id, limits);
+	found = store_campaign(id, &row);
+	store_commit();
+	if (!found)
+	{
+		sk_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " does not exist", id);
+		return;
+	}
+	if (strcmp(row.state, "preheated") == 0)
+	{
+		SkPipeline	p;
+		const char *argv[2 + LIMIT_ARGS] = {"HSET", sk_campaign_key(id, "meta")};
+
+		sk_pipeline_init(&p);
+		sk_pipeline_add(&p, 2 + limit_args(&row.limits, &argv[2]), argv, NULL);
+		if (sk_pipeline_exec(&p) == NULL)
+		{
+			sk_reply_error(reply, SK_ERR_REDIS,
+						   "the limits changed in PostgreSQL, but Redis failed (seckill_preheat() or seckill_reconcile() will catch up): %s",
+						   sk_redis_error());
+			return;
+		}
+		seckill_campaign_set_limits(id, &row.limits);
+	}
+	reply->status = SK_OK;
+}
+
 void
 sk_serve_admin(const SeckillRequest *request, SeckillReply *reply)
 {
@@ -665,6 +729,9 @@ sk_serve_admin(const SeckillRequest *request, SeckillReply *reply)
 			break;
 		case SK_REQ_RESTOCK:
 			restock_locked(id, request->qty, reply);
+			break;
+		case SK_REQ_LIMITS:
+			limits_locked(id, &request->limits, reply);
 			break;
 		default:
 			elog(ERROR, "unexpected seckill request kind %d", request->kind);

@@ -15,7 +15,7 @@
 
 #include "miscadmin.h"
 #include "pgstat.h"
-#include "shmem.h"
+#include "stats.h"
 #include "storage/fd.h"
 #include "storage/latch.h"
 #include "utils/memutils.h"
@@ -255,14 +255,18 @@ read_replies(SkReply *out, int n, TimestampTz deadline)
 static bool
 send_and_read(SkPipeline *p, SkReply *out)
 {
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout);
+	TimestampTz start = GetCurrentTimestamp();
+	TimestampTz deadline = TimestampTzPlusMilliseconds(start, seckill_redis_timeout);
 
 	if (redisAppendFormattedCommand(conn, p->buf.data, p->buf.len) != REDIS_OK)
 		return fail("could not queue a Redis command");
 	if (!flush_output(deadline))
 		return false;
 	pg_atomic_fetch_add_u64(&seckill_shared->counters.redis_round_trips, 1);
-	return read_replies(out, p->count, deadline);
+	if (!read_replies(out, p->count, deadline))
+		return false;
+	seckill_hist_record(&seckill_shared->redis_latency, GetCurrentTimestamp() - start);
+	return true;
 }
 
 void

@@ -16,6 +16,9 @@
 
 #include "datatype/timestamp.h"
 
+/* The version of the extension's SQL objects this library works with. */
+#define SECKILL_SQL_VERSION "1.1"
+
 /* Documented limits of ids, in bytes. */
 #define SECKILL_MAX_USER_LEN	128
 #define SECKILL_MAX_GOODS_LEN	64
@@ -30,6 +33,8 @@ typedef enum SeckillStatus
 	SK_ENDED,
 	SK_UNKNOWN_GOODS,
 	SK_BUSY,
+	SK_RATE_LIMITED,
+	SK_INVALID_TOKEN,
 	/* failures, raised as ERRORs by the caller; reply.message says more */
 	SK_ERR_REDIS,				/* Redis unreachable, or failed mid-request */
 	SK_ERR_REDIS_REFUSED,		/* Redis answered with an error */
@@ -39,6 +44,24 @@ typedef enum SeckillStatus
 } SeckillStatus;
 
 extern const char *seckill_status_name(SeckillStatus status);
+
+#define SK_TOKEN_SECRET_LEN 32
+
+/*
+ * A campaign's traffic limits: columns of seckill.campaigns, copied into the
+ * campaign cache and into the campaign's hash in Redis.  0 or false: none.
+ */
+typedef struct SeckillLimits
+{
+	double		user_rate;		/* purchase calls per second per user */
+	int32		user_burst;		/* bucket size of user_rate */
+	double		addr_rate;		/* purchase calls per second per client address */
+	int32		addr_burst;
+	int32		max_in_flight;	/* purchases with the worker at once */
+	bool		token_required; /* purchases need a token from seckill_token() */
+	int64		token_ttl;		/* microseconds a token stays valid */
+	uint8		token_secret[SK_TOKEN_SECRET_LEN];
+} SeckillLimits;
 
 /* GUCs (seckill.c) */
 extern char *seckill_redis_host;

@@ -18,6 +18,7 @@
 SeckillShared *seckill_shared = NULL;
 SeckillCampaign *seckill_campaigns = NULL;
 SeckillSlot *seckill_slots = NULL;
+SeckillStats *seckill_stats = NULL;
 static int *seckill_queue = NULL;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -30,6 +31,7 @@ seckill_shmem_size(void)
 	Size		size = MAXALIGN(sizeof(SeckillShared));
 
 	size = add_size(size, mul_size(seckill_max_campaigns, sizeof(SeckillCampaign)));
+	size = add_size(size, mul_size(seckill_max_campaigns, sizeof(SeckillStats)));
 	size = add_size(size, mul_size(MaxBackends, sizeof(SeckillSlot)));
 	size = add_size(size, mul_size(MaxBackends, sizeof(int)));
 	return size;
@@ -58,6 +60,8 @@ seckill_shmem_startup(void)
 	p = (char *) seckill_shared + MAXALIGN(sizeof(SeckillShared));
 	seckill_campaigns = (SeckillCampaign *) p;
 	p += seckill_max_campaigns * sizeof(SeckillCampaign);
+	seckill_stats = (SeckillStats *) p;
+	p += seckill_max_campaigns * sizeof(SeckillStats);
 	seckill_slots = (SeckillSlot *) p;
 	p += MaxBackends * sizeof(SeckillSlot);
 	seckill_queue = (int *) p;
@@ -75,6 +79,9 @@ seckill_shmem_startup(void)
 		pg_atomic_init_u64(&seckill_shared->counters.redis_round_trips, 0);
 		pg_atomic_init_u64(&seckill_shared->counters.commits, 0);
 		pg_atomic_init_u64(&seckill_shared->counters.compensations, 0);
+		/* the stats' atomics start zeroed by the memset, which is their init */
+		SpinLockInit(&seckill_shared->stats_mutex);
+		seckill_shared->stats_since = GetCurrentTimestamp();
 		for (int i = 0; i < seckill_max_campaigns; i++)
 			pg_atomic_init_u32(&seckill_campaigns[i].sold_out, 0);
 		for (int i = 0; i < MaxBackends; i++)
@@ -296,6 +303,8 @@ seckill_campaign_lookup(const char *goods, SeckillCampaign *out)
 			out->starts_at = c->starts_at;
 			out->ends_at = c->ends_at;
 			out->per_user_limit = c->per_user_limit;
+			out->limits = c->limits;
+			out->stats = c->stats;
 			pg_atomic_init_u32(&out->sold_out, pg_atomic_read_u32(&c->sold_out));
 			found = true;
 			break;
@@ -425,10 +434,47 @@ seckill_campaign_has_room(int64 id)
 	return seckill_campaign_find(id) != NULL || seckill_campaign_find(0) != NULL;
 }
 
+SeckillStats *
+seckill_stats_find(int64 campaign_id)
+{
+	for (int i = 0; i < seckill_max_campaigns; i++)
+		if (seckill_stats[i].campaign_id == campaign_id)
+			return &seckill_stats[i];
+	return NULL;
+}
+
+/*
+ * The stats entry of a campaign being cached: its own, else an unused one,
+ * else that of a campaign no longer cached (there is always one, as there
+ * are as many entries as cache entries).  Under campaigns_lock.
+ */
+static int
+stats_entry_for(int64 id, const char *goods)
+{
+	SeckillStats *st = seckill_stats_find(id);
+
+	if (st == NULL)
+		st = seckill_stats_find(0);
+	for (int i = 0; st == NULL && i < seckill_max_campaigns; i++)
+		if (seckill_campaign_find(seckill_stats[i].campaign_id) == NULL)
+			st = &seckill_stats[i];
+	Assert(st != NULL);
+	if (st->campaign_id != id)
+	{
+		/* a fresh entry: the atomics are plain counters, zeroing them is safe */
+		memset(st, 0, sizeof(SeckillStats));
+		st->campaign_id = id;
+		strlcpy(st->goods, goods, sizeof(st->goods));
+	}
+	return st - seckill_stats;
+}
+
 /* Worker: add or update a cached campaign; false when the cache is full. */
 bool
 seckill_campaign_store(int64 id, const char *goods, TimestampTz starts_at,
-					   TimestampTz ends_at, int per_user_limit, bool sold_out)
+					   TimestampTz ends_at, int per_user_limit,
+					   const SeckillLimits *limits, TimestampTz created_at,
+					   bool sold_out)
 {
 	SeckillCampaign *c;
 
@@ -450,9 +496,25 @@ seckill_campaign_store(int64 id, const char *goods, TimestampTz starts_at,
 	c->starts_at = starts_at;
 	c->ends_at = ends_at;
 	c->per_user_limit = per_user_limit;
+	c->limits = *limits;
+	c->created_at = created_at;
+	c->stats = stats_entry_for(id, goods);
 	pg_atomic_write_u32(&c->sold_out, sold_out ? 1 : 0);
 	LWLockRelease(seckill_shared->campaigns_lock);
 	return true;
+}
+
+/* Worker: new traffic limits of a cached campaign. */
+void
+seckill_campaign_set_limits(int64 id, const SeckillLimits *limits)
+{
+	SeckillCampaign *c;
+
+	LWLockAcquire(seckill_shared->campaigns_lock, LW_EXCLUSIVE);
+	c = seckill_campaign_find(id);
+	if (c != NULL)
+		c->limits = *limits;
+	LWLockRelease(seckill_shared->campaigns_lock);
 }
 
 void

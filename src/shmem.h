@@ -32,6 +32,7 @@ typedef enum SeckillRequestKind
 	SK_REQ_CANCEL,				/* cancel one order (request.order_id) */
 	SK_REQ_RELEASE,				/* cancel the unpaid orders past the payment timeout */
 	SK_REQ_RESTOCK,				/* change total_stock by request.qty */
+	SK_REQ_LIMITS,				/* set the campaign's traffic limits to request.limits */
 	SK_REQ_BARRIER				/* answered once every earlier request is settled */
 } SeckillRequestKind;
 
@@ -45,6 +46,8 @@ typedef enum SeckillSlotState
 } SeckillSlotState;
 
 #define SK_REPLY_VALUES 8
+#define SK_ADDR_LEN 64			/* an inet's text form */
+#define SK_NONCE_LEN 16			/* hex digits of a token's nonce */
 #define SK_MESSAGE_LEN 256
 
 typedef struct SeckillReply
@@ -63,6 +66,10 @@ typedef struct SeckillRequest
 	int64		order_id;		/* for SK_REQ_CANCEL */
 	int32		qty;
 	char		user_id[SECKILL_MAX_USER_LEN + 1];
+	char		client_addr[SK_ADDR_LEN];	/* "" when unknown */
+	char		token_nonce[SK_NONCE_LEN + 1];	/* of a verified token, else "" */
+	int64		token_expiry;	/* its expiry, microseconds since the Unix epoch */
+	SeckillLimits limits;		/* for SK_REQ_LIMITS */
 } SeckillRequest;
 
 typedef struct SeckillSlot
@@ -84,8 +91,43 @@ typedef struct SeckillCampaign
 	TimestampTz starts_at;
 	TimestampTz ends_at;
 	int32		per_user_limit;
+	SeckillLimits limits;
+	/*
+	 * Tells this campaign's rate-limit buckets in Redis from those of a
+	 * campaign with the same id in an earlier installation.
+	 */
+	TimestampTz created_at;
+	int			stats;			/* its entry in seckill_stats */
 	pg_atomic_uint32 sold_out;
 } SeckillCampaign;
+
+/*
+ * Latency histogram: 8 buckets per power of two of microseconds, so that a
+ * percentile read from it is within 12.5 %.  Buckets 0-7 hold 0-7 us.
+ */
+#define SK_HIST_BUCKETS 256
+
+typedef struct SeckillHistogram
+{
+	pg_atomic_uint64 counts[SK_HIST_BUCKETS];
+} SeckillHistogram;
+
+/* Index of the errors count: the business statuses come first. */
+#define SK_STAT_ERRORS SK_ERR_REDIS
+
+/*
+ * Purchase figures of one campaign (or of all), for seckill.stats.  An
+ * entry outlives its campaign in the cache until another campaign needs it.
+ */
+typedef struct SeckillStats
+{
+	int64		campaign_id;	/* 0: entry unused */
+	char		goods[SECKILL_MAX_GOODS_LEN + 1];
+	pg_atomic_uint64 calls[SK_STAT_ERRORS + 1];	/* per status, then errors */
+	pg_atomic_uint64 compensations;
+	pg_atomic_uint32 in_flight; /* purchases with the worker now */
+	SeckillHistogram latency;	/* of seckill_buy, microseconds */
+} SeckillStats;
 
 /* Worker counters, for seckill_status and the benchmarks. */
 typedef struct SeckillCounters
@@ -108,12 +150,21 @@ typedef struct SeckillShared
 	uint32		queue_head;		/* next entry to take */
 	uint32		queue_len;		/* entries queued */
 	SeckillCounters counters;
-	/* then: campaigns[seckill_max_campaigns], slots[MaxBackends], queue[MaxBackends] */
+	SeckillStats all;			/* every campaign's purchases */
+	SeckillHistogram redis_latency; /* of the worker's Redis round trips */
+	slock_t		stats_mutex;	/* guards stats_since and stats_base */
+	TimestampTz stats_since;	/* last reset */
+	uint64		stats_base[4];	/* counters at the last reset: rounds, purchases, round trips, commits */
+	/*
+	 * then: campaigns[seckill_max_campaigns], stats[seckill_max_campaigns],
+	 * slots[MaxBackends], queue[MaxBackends]
+	 */
 } SeckillShared;
 
 extern SeckillShared *seckill_shared;
 extern SeckillCampaign *seckill_campaigns;
 extern SeckillSlot *seckill_slots;
+extern SeckillStats *seckill_stats;
 
 extern void seckill_shmem_init(void);
 
@@ -130,7 +181,11 @@ extern void seckill_fail_taken_slots(const char *why);
 extern SeckillCampaign *seckill_campaign_find(int64 id);
 extern bool seckill_campaign_has_room(int64 id);
 extern bool seckill_campaign_store(int64 id, const char *goods, TimestampTz starts_at,
-								   TimestampTz ends_at, int per_user_limit, bool sold_out);
+								   TimestampTz ends_at, int per_user_limit,
+								   const SeckillLimits *limits, TimestampTz created_at,
+								   bool sold_out);
+extern void seckill_campaign_set_limits(int64 id, const SeckillLimits *limits);
+extern SeckillStats *seckill_stats_find(int64 campaign_id);
 extern void seckill_campaign_forget(int64 id);
 
 #endif							/* SECKILL_SHMEM_H */

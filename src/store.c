@@ -16,6 +16,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "pgstat.h"
 #include "utils/array.h"
@@ -385,11 +386,35 @@ row_from_tuple(HeapTuple tuple, TupleDesc desc, SkCampaignRow *row)
 	row->starts_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull));
 	row->ends_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 7, &isnull));
 	strlcpy(row->state, state, sizeof(row->state));
+	store_limits_from_tuple(tuple, desc, 9, &row->limits);
+	row->created_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 17, &isnull));
 }
 
-#define CAMPAIGN_COLUMNS \
-	"SELECT id, goods, total_stock, sold, per_user_limit, starts_at, ends_at, state " \
-	"FROM seckill.campaigns "
+/* Read the LIMITS_COLUMNS that start at column first (1-based). */
+void
+store_limits_from_tuple(HeapTuple tuple, TupleDesc desc, int first, SeckillLimits *limits)
+{
+	bool		isnull;
+	bytea	   *secret;
+
+	memset(limits, 0, sizeof(SeckillLimits));
+	limits->user_rate = DatumGetFloat8(SPI_getbinval(tuple, desc, first, &isnull));
+	limits->user_burst = DatumGetInt32(SPI_getbinval(tuple, desc, first + 1, &isnull));
+	limits->addr_rate = DatumGetFloat8(SPI_getbinval(tuple, desc, first + 2, &isnull));
+	limits->addr_burst = DatumGetInt32(SPI_getbinval(tuple, desc, first + 3, &isnull));
+	limits->max_in_flight = DatumGetInt32(SPI_getbinval(tuple, desc, first + 4, &isnull));
+	limits->token_required = DatumGetBool(SPI_getbinval(tuple, desc, first + 5, &isnull));
+	limits->token_ttl = DatumGetInt64(SPI_getbinval(tuple, desc, first + 6, &isnull));
+	secret = DatumGetByteaPP(SPI_getbinval(tuple, desc, first + 7, &isnull));
+	memcpy(limits->token_secret, VARDATA_ANY(secret),
+		   Min(VARSIZE_ANY_EXHDR(secret), SK_TOKEN_SECRET_LEN));
+}
+
+#define CAMPAIGN_FIELDS \
+	"id, goods, total_stock, sold, per_user_limit, starts_at, ends_at, state, " \
+	LIMITS_COLUMNS ", created_at"
+
+#define CAMPAIGN_COLUMNS "SELECT " CAMPAIGN_FIELDS " FROM seckill.campaigns "
 
 /* Inside a transaction: the campaign as this transaction sees it. */
 bool
@@ -406,6 +431,29 @@ store_campaign(int64 id, SkCampaignRow *row)
 }
 
 /*
+ * After the result of the extversion query: does the installed SQL match
+ * this library?  Until ALTER EXTENSION seckill UPDATE, the worker serves no
+ * campaign and says so once.
+ */
+static bool
+sql_version_matches(void)
+{
+	static bool warned = false;
+	bool		isnull;
+
+	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		return true;
+	if (!warned)
+		ereport(WARNING,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the seckill extension in database \"%s\" is older than its library (version " SECKILL_SQL_VERSION ")",
+						get_database_name(MyDatabaseId)),
+				 errhint("Run ALTER EXTENSION seckill UPDATE in that database.")));
+	warned = true;
+	return false;
+}
+
+/*
  * Every preheated campaign, as SkCampaignRow *, in a transaction of its own;
  * none while the extension is not installed (the worker starts before it
  * may be).
@@ -417,9 +465,11 @@ store_preheated_campaigns(void)
 	MemoryContext spi_cxt;
 
 	store_begin("seckill: list campaigns");
-	run("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'seckill'",
-		0, NULL, NULL, SPI_OK_SELECT);
-	if (SPI_processed > 0)
+	run("SELECT extversion = '" SECKILL_SQL_VERSION "' FROM pg_catalog.pg_extension "
+		"WHERE extname = 'seckill'", 0, NULL, NULL, SPI_OK_SELECT);
+	if (SPI_processed > 0 && !sql_version_matches())
+		SPI_processed = 0;
+	else if (SPI_processed > 0)
 	{
 		run(CAMPAIGN_COLUMNS "WHERE state = 'preheated' ORDER BY id", 0, NULL, NULL, SPI_OK_SELECT);
 		spi_cxt = MemoryContextSwitchTo(caller_cxt);
@@ -468,6 +518,27 @@ store_set_state(int64 campaign_id, const char *state)
 	run("UPDATE seckill.campaigns SET state = $2, "
 		"closed_at = CASE WHEN $2 = 'closed' THEN now() END WHERE id = $1",
 		2, types, values, SPI_OK_UPDATE);
+}
+
+/* Inside a transaction: the campaign's traffic limits (0 or false: none). */
+void
+store_set_limits(int64 campaign_id, const SeckillLimits *limits)
+{
+	Oid			types[8] = {INT8OID, FLOAT8OID, INT4OID, FLOAT8OID, INT4OID, INT4OID,
+	BOOLOID, INT8OID};
+	Datum		values[8] = {
+		Int64GetDatum(campaign_id),
+		Float8GetDatum(limits->user_rate), Int32GetDatum(limits->user_burst),
+		Float8GetDatum(limits->addr_rate), Int32GetDatum(limits->addr_burst),
+		Int32GetDatum(limits->max_in_flight), BoolGetDatum(limits->token_required),
+		Int64GetDatum(limits->token_ttl)
+	};
+
+	run("UPDATE seckill.campaigns SET user_rate = nullif($2, 0), user_burst = nullif($3, 0), "
+		"addr_rate = nullif($4, 0), addr_burst = nullif($5, 0), "
+		"max_in_flight = nullif($6, 0), token_required = $7, "
+		"token_ttl = make_interval(secs => $8 / 1000000.0) WHERE id = $1",
+		8, types, values, SPI_OK_UPDATE);
 }
 
 /*
@@ -559,7 +630,7 @@ store_restock(int64 campaign_id, int delta, SkCampaignRow *row)
 
 	run("UPDATE seckill.campaigns SET total_stock = total_stock + $2"
 		" WHERE id = $1 AND total_stock + $2 >= sold"
-		" RETURNING id, goods, total_stock, sold, per_user_limit, starts_at, ends_at, state",
+		" RETURNING " CAMPAIGN_FIELDS,
 		2, types, values, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed == 0)
 		return false;

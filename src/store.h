@@ -11,6 +11,8 @@
 
 #include "seckill.h"
 
+#include "access/htup.h"
+#include "access/tupdesc.h"
 #include "nodes/pg_list.h"
 
 /* A reservation Redis granted, on its way into seckill.orders. */
@@ -34,7 +36,22 @@ typedef struct SkCampaignRow
 	TimestampTz starts_at;
 	TimestampTz ends_at;
 	char		state[16];
+	SeckillLimits limits;
+	TimestampTz created_at;
 } SkCampaignRow;
+
+/*
+ * A campaign's SeckillLimits as SQL select-list items, in the order
+ * store_limits_from_tuple reads them.
+ */
+#define LIMITS_COLUMNS \
+	"coalesce(user_rate, 0), coalesce(user_burst, greatest(1, ceil(user_rate)::int)), " \
+	"coalesce(addr_rate, 0), coalesce(addr_burst, greatest(1, ceil(addr_rate)::int)), " \
+	"coalesce(max_in_flight, 0), token_required, " \
+	"(extract(epoch FROM token_ttl) * 1000000)::int8, token_secret"
+
+extern void store_limits_from_tuple(HeapTuple tuple, TupleDesc desc, int first,
+									SeckillLimits *limits);
 
 extern void store_begin(const char *activity);
 extern void store_commit(void);
@@ -49,6 +66,7 @@ extern bool store_campaign(int64 id, SkCampaignRow *row);
 extern List *store_preheated_campaigns(void);
 extern List *store_buyers(int64 campaign_id);
 extern void store_set_state(int64 campaign_id, const char *state);
+extern void store_set_limits(int64 campaign_id, const SeckillLimits *limits);
 
 /* Orders given back by a cancellation: what Redis must get back. */
 typedef struct SkCancelled

@@ -22,6 +22,7 @@
 #include "postmaster/interrupt.h"
 #include "redis.h"
 #include "shmem.h"
+#include "stats.h"
 #include "storage/ipc.h"
 #include "storage/proc.h"
 #include "store.h"
@@ -126,7 +127,7 @@ static SeckillStatus
 status_from_script(const char *s)
 {
 	static const SeckillStatus statuses[] = {SK_OK, SK_SOLD_OUT, SK_DUPLICATE,
-	SK_NOT_STARTED, SK_ENDED, SK_BUSY};
+	SK_NOT_STARTED, SK_ENDED, SK_BUSY, SK_RATE_LIMITED, SK_INVALID_TOKEN};
 
 	for (int i = 0; i < lengthof(statuses); i++)
 		if (strcmp(s, seckill_status_name(statuses[i])) == 0)
@@ -224,11 +225,11 @@ compensate(SkOrder *orders, int n)
 		needs_replay = true;
 		return;
 	}
-	pg_atomic_fetch_add_u64(&seckill_shared->counters.compensations, ncomp);
 	for (int i = 0, r = 0; i < n; i++)
 	{
 		if (orders[i].outcome == SK_OK)
 			continue;
+		seckill_stats_compensated(orders[i].campaign_id, 1);
 		if (replies[r].type == REDIS_REPLY_ARRAY && replies[r].elements == 2)
 			sk_note_stock(orders[i].campaign_id, sk_reply_int(&replies[r].element[1]));
 		r++;
@@ -341,11 +342,18 @@ serve_purchases(RoundItem **items, int n)
 	for (int i = 0; i < n; i++)
 	{
 		SeckillRequest *req = &items[i]->request;
-		char	   *args[3];
-		const char *keys[3] = {
+		SeckillCampaign *c = seckill_campaign_find(req->campaign_id);
+		int64		instance = c ? c->created_at : 0;
+		char	   *args[5];
+		const char *keys[6] = {
 			sk_campaign_key(req->campaign_id, "meta"),
 			sk_campaign_key(req->campaign_id, "buyers"),
-			sk_campaign_key(req->campaign_id, "journal")
+			sk_campaign_key(req->campaign_id, "journal"),
+			sk_campaign_key(req->campaign_id,
+							psprintf("rate:" INT64_FORMAT ":u:%s", instance, req->user_id)),
+			sk_campaign_key(req->campaign_id,
+							psprintf("rate:" INT64_FORMAT ":a:%s", instance, req->client_addr)),
+			sk_campaign_key(req->campaign_id, psprintf("token:%s", req->token_nonce))
 		};
 
 		orders[i].id = ids[i];
@@ -355,7 +363,9 @@ serve_purchases(RoundItem **items, int n)
 		args[0] = req->user_id;
 		args[1] = psprintf("%d", req->qty);
 		args[2] = psprintf(INT64_FORMAT, orders[i].id);
-		sk_pipeline_script(&p, SK_SCRIPT_BUY, 3, keys, 3, (const char **) args);
+		args[3] = req->token_nonce[0] ? psprintf(INT64_FORMAT, req->token_expiry) : "";
+		args[4] = req->client_addr[0] ? "1" : "";
+		sk_pipeline_script(&p, SK_SCRIPT_BUY, 6, keys, 5, (const char **) args);
 	}
 	replies = sk_pipeline_exec(&p);
 	if (replies == NULL)
@@ -533,7 +543,8 @@ load_campaign_cache(void)
 		SkCampaignRow *row = lfirst(lc);
 
 		if (!seckill_campaign_store(row->id, row->goods, row->starts_at, row->ends_at,
-									row->per_user_limit, row->sold >= row->total_stock))
+									row->per_user_limit, &row->limits, row->created_at,
+									row->sold >= row->total_stock))
 			ereport(WARNING,
 					(errmsg("seckill cannot cache campaign " INT64_FORMAT " (\"%s\"): more campaigns are preheated than seckill.max_campaigns (%d)",
 							row->id, row->goods, seckill_max_campaigns),

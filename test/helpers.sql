@@ -12,7 +12,8 @@ CREATE TABLE stampede_answers (
 	took_ms float8
 );
 
-CREATE OR REPLACE FUNCTION try_buy(u text, g text) RETURNS void
+DROP FUNCTION IF EXISTS try_buy(text, text);
+CREATE OR REPLACE FUNCTION try_buy(u text, g text, t text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
 	t0 timestamptz := clock_timestamp();
@@ -20,7 +21,7 @@ BEGIN
 	INSERT INTO stampede_answers
 	SELECT u, b.status, b.order_id, NULL,
 		   extract(epoch FROM clock_timestamp() - t0) * 1000
-	FROM seckill_buy(u, g) b;
+	FROM seckill_buy(u, g, token => t) b;
 EXCEPTION WHEN OTHERS THEN
 	INSERT INTO stampede_answers VALUES (u, 'error', NULL, SQLSTATE || ' ' || SQLERRM,
 		extract(epoch FROM clock_timestamp() - t0) * 1000);

@@ -16,7 +16,7 @@ trap 'psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_user" -c "ALTER SYSTEM RES
 # the ACL the README documents
 is "$(seckill_redis_cli ACL SETUSER seckill on ">$secret" resetkeys '~seckill:*' resetchannels -@all \
 	+evalsha +script\|load +hget +hgetall +hdel +hset +hmget +hexists +hincrby +hlen +scard \
-	+sadd +srem +sismember +set +get +del +exists +rename +expire +time)" OK "Redis ACL user seckill created"
+	+sadd +srem +sismember +set +get +del +exists +rename +expire +pexpire +time)" OK "Redis ACL user seckill created"
 
 password_file() { # name content mode
 	printf '%s\n' "$2" >"$SECKILL_TMP/$1"
@@ -35,6 +35,12 @@ is "$(psql_val "SELECT seckill_campaign_create('$goods', 5) > 0")" t "campaign c
 is "$(psql_val "SELECT seckill_preheat('$goods')")" 5 "preheat works as the ACL user"
 is "$(psql_val "SELECT status FROM seckill_buy('alice', '$goods')")" ok "a purchase works as the ACL user"
 is "$(psql_val "SELECT status FROM seckill_buy('alice', '$goods')")" duplicate "and a duplicate"
+psql_val "SELECT seckill_campaign_set('$goods', '{\"user_rate\": 0.01, \"user_burst\": 1, \"token_required\": true}')" >/dev/null
+is "$(psql_val "SELECT status FROM seckill_buy('carol', '$goods', token => seckill_token('carol', '$goods'))")" ok \
+	"a purchase with a token and a rate limit works as the ACL user"
+is "$(psql_val "SELECT status FROM seckill_buy('carol', '$goods', token => seckill_token('carol', '$goods'))")" rate_limited \
+	"and its rate limit"
+psql_val "SELECT seckill_campaign_set('$goods', '{\"user_rate\": null, \"token_required\": false}')" >/dev/null
 ok "seckill_redis_cli CLIENT LIST | grep -q 'user=seckill'" "the worker is connected as user seckill"
 is "$(psql_val "SELECT repaired FROM seckill_reconcile('$goods')")" f "reconcile works as the ACL user"
 

@@ -1,0 +1,175 @@
+-- seckill 1.1: traffic governance (rate limits, one-time purchase tokens,
+-- admission control per campaign) and the seckill.stats view.
+\echo Use "ALTER EXTENSION seckill UPDATE TO '1.1'" to load this file. \quit
+
+-- A campaign's traffic limits; NULL: no limit.  seckill_campaign_set()
+-- changes them, in Redis too, without a new preheat.
+ALTER TABLE seckill.campaigns
+	-- purchase calls per second of one user, and how many at once (the size
+	-- of its token bucket; NULL: the rate rounded up)
+	ADD COLUMN user_rate float8 CHECK (user_rate > 0),
+	ADD COLUMN user_burst int CHECK (user_burst >= 1),
+	-- the same per client address
+	ADD COLUMN addr_rate float8 CHECK (addr_rate > 0),
+	ADD COLUMN addr_burst int CHECK (addr_burst >= 1),
+	-- purchases of this campaign with the worker at once; past it, busy
+	ADD COLUMN max_in_flight int CHECK (max_in_flight >= 1),
+	-- purchases need a one-time token from seckill_token()
+	ADD COLUMN token_required boolean NOT NULL DEFAULT false,
+	ADD COLUMN token_ttl interval NOT NULL DEFAULT '5 minutes'
+		CHECK (token_ttl > interval '0' AND token_ttl <= interval '7 days'),
+	-- the key of the tokens' HMAC: 244 random bits
+	ADD COLUMN token_secret bytea NOT NULL
+		DEFAULT decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex');
+
+-- The worker stores validated limits and passes them on to Redis.
+CREATE FUNCTION seckill.apply_limits(campaign_id bigint, user_rate float8,
+	user_burst int, addr_rate float8, addr_burst int, max_in_flight int,
+	token_required boolean, token_ttl_us bigint)
+RETURNS void
+AS 'MODULE_PATHNAME', 'seckill_apply_limits'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- Change some traffic limits of the open campaign of goods: the keys of
+-- settings are changed, a JSON null clears a limit, the others stay.
+-- Returns every limit as it is now.
+CREATE FUNCTION @extschema@.seckill_campaign_set(goods text, settings jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	c seckill.campaigns;
+	k text;
+	v jsonb;
+	s text;
+	known constant text[] := ARRAY['user_rate', 'user_burst', 'addr_rate', 'addr_burst',
+		'max_in_flight', 'token_required', 'token_ttl'];
+BEGIN
+	IF settings IS NULL OR jsonb_typeof(settings) <> 'object' THEN
+		RAISE EXCEPTION 'settings must be a JSON object'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'For example ''{"user_rate": 1, "user_burst": 3}''; null clears a limit.';
+	END IF;
+	SELECT * INTO c FROM seckill.campaigns k
+	WHERE k.goods = seckill_campaign_set.goods AND k.state <> 'closed';
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'no open campaign for goods "%"', goods
+			USING ERRCODE = 'undefined_object',
+				  HINT = 'Create one with seckill_campaign_create().';
+	END IF;
+	FOR k, v IN SELECT * FROM jsonb_each(settings) LOOP
+		IF NOT k = ANY (known) THEN
+			RAISE EXCEPTION 'unknown setting "%"', k
+				USING ERRCODE = 'invalid_parameter_value',
+					  HINT = 'The settings are ' || array_to_string(known, ', ') || '.';
+		END IF;
+		s := v #>> '{}';
+		BEGIN
+			CASE k
+				WHEN 'user_rate' THEN c.user_rate := s::float8;
+				WHEN 'user_burst' THEN c.user_burst := s::int;
+				WHEN 'addr_rate' THEN c.addr_rate := s::float8;
+				WHEN 'addr_burst' THEN c.addr_burst := s::int;
+				WHEN 'max_in_flight' THEN c.max_in_flight := s::int;
+				WHEN 'token_required' THEN c.token_required := coalesce(s::boolean, false);
+				WHEN 'token_ttl' THEN c.token_ttl := coalesce(s::interval, interval '5 minutes');
+			END CASE;
+		EXCEPTION WHEN data_exception THEN
+			RAISE EXCEPTION 'invalid value % for setting "%"', v, k
+				USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM;
+		END;
+	END LOOP;
+	IF c.user_rate <= 0 OR c.addr_rate <= 0 OR c.user_rate = 'NaN' OR c.addr_rate = 'NaN'
+	   OR c.user_rate = 'Infinity' OR c.addr_rate = 'Infinity' THEN
+		RAISE EXCEPTION 'a rate must be a positive number of calls per second'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Use null for no limit.';
+	END IF;
+	IF c.user_burst < 1 OR c.addr_burst < 1 OR c.max_in_flight < 1 THEN
+		RAISE EXCEPTION 'user_burst, addr_burst and max_in_flight must be at least 1'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Use null for the default (a burst of the rate rounded up; no bound in flight).';
+	END IF;
+	IF c.token_ttl <= interval '0' OR c.token_ttl > interval '7 days' THEN
+		RAISE EXCEPTION 'token_ttl must be positive and at most 7 days'
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	PERFORM seckill.apply_limits(c.id, c.user_rate, c.user_burst, c.addr_rate, c.addr_burst,
+		c.max_in_flight, c.token_required,
+		(extract(epoch FROM c.token_ttl) * 1000000)::int8);
+	RETURN jsonb_build_object('user_rate', c.user_rate, 'user_burst', c.user_burst,
+		'addr_rate', c.addr_rate, 'addr_burst', c.addr_burst,
+		'max_in_flight', c.max_in_flight, 'token_required', c.token_required,
+		'token_ttl', c.token_ttl::text);
+END
+$$;
+
+-- A one-time token for one purchase of this user, valid for the campaign's
+-- token_ttl; the application hands it out (after a captcha, say).
+CREATE FUNCTION @extschema@.seckill_token(user_id text, goods text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'seckill_token'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- seckill_buy takes a token and the client's address.  The 1.0 function is
+-- replaced; the roles that could run it keep that right.
+ALTER FUNCTION @extschema@.seckill_buy(text, text, int) RENAME TO seckill_buy_1_0;
+
+CREATE FUNCTION @extschema@.seckill_buy(user_id text, goods text, qty int DEFAULT 1,
+	token text DEFAULT NULL, client_addr inet DEFAULT inet_client_addr(),
+	OUT status text, OUT order_id bigint)
+AS 'MODULE_PATHNAME', 'seckill_buy'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION @extschema@.seckill_buy(text, text, int, text, inet) FROM PUBLIC;
+
+DO $$
+DECLARE
+	r record;
+BEGIN
+	FOR r IN
+		SELECT a.grantee::regrole AS role
+		FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+		WHERE p.oid = '@extschema@.seckill_buy_1_0(text, text, int)'::pg_catalog.regprocedure
+		  AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner
+	LOOP
+		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION @extschema@.seckill_buy(text, text, int, text, inet) TO %s',
+			r.role);
+	END LOOP;
+END
+$$;
+
+DROP FUNCTION @extschema@.seckill_buy_1_0(text, text, int);
+
+-- Purchase figures from shared memory: a row for all campaigns
+-- (campaign_id NULL), then one per campaign preheated since the last reset.
+CREATE FUNCTION seckill.stats_rows(
+	OUT campaign_id bigint, OUT goods text, OUT calls bigint,
+	OUT ok bigint, OUT sold_out bigint, OUT duplicate bigint,
+	OUT not_started bigint, OUT ended bigint, OUT unknown_goods bigint,
+	OUT busy bigint, OUT rate_limited bigint, OUT invalid_token bigint,
+	OUT errors bigint, OUT in_flight int, OUT compensations bigint,
+	OUT call_p50_ms float8, OUT call_p95_ms float8, OUT call_p99_ms float8,
+	OUT redis_p50_ms float8, OUT redis_p95_ms float8, OUT redis_p99_ms float8,
+	OUT rounds bigint, OUT purchases_per_round float8,
+	OUT redis_round_trips bigint, OUT commits bigint, OUT queue_depth int,
+	OUT since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'seckill_stats_rows'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+
+CREATE VIEW seckill.stats AS SELECT * FROM seckill.stats_rows();
+COMMENT ON VIEW seckill.stats IS 'seckill_buy answers, latencies and worker figures since seckill_stats_reset()';
+
+-- Zero seckill.stats; returns the new "since".
+CREATE FUNCTION @extschema@.seckill_stats_reset()
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'seckill_stats_reset'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION seckill.apply_limits(bigint, float8, int, float8, int, int, boolean, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.seckill_campaign_set(text, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.seckill_token(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION seckill.stats_rows() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.seckill_stats_reset() FROM PUBLIC;

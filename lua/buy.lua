@@ -9,9 +9,12 @@
 --   ARGV[1] user id, ARGV[2] quantity, ARGV[3] request id,
 --   ARGV[4] the token's expiry (microseconds since the Unix epoch; '' when
 --           the call has no verified token), ARGV[5] '1' when the client
---           address is known
+--           address is known, ARGV[6] '1' when the campaign has other
+--           shards that may lend stock (lua/take.lua)
 -- Returns {status, remaining stock}.  Idempotent under the request id: a
--- retry of a request that already reserved answers ok again.
+-- retry of a request that already reserved answers ok again.  With other
+-- shards and too little stock here, the buyer is entered with a journal
+-- entry of quantity 0 and the answer is need_stock.
 local user, qty, req = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
 local m = redis.call('HMGET', KEYS[1], 'stock', 'starts', 'ends', 'state',
@@ -23,8 +26,9 @@ end
 if state ~= 'open' then
 	return {state == 'closed' and 'ended' or 'busy', stock}
 end
-if redis.call('HEXISTS', KEYS[3], req) == 1 then
-	return {'ok', stock}
+local entry = redis.call('HGET', KEYS[3], req)
+if entry then
+	return {string.sub(entry, 1, 2) == '0:' and 'need_stock' or 'ok', stock}
 end
 
 local t = redis.call('TIME')
@@ -80,7 +84,12 @@ if redis.call('SISMEMBER', KEYS[2], user) == 1 then
 	return {'duplicate', stock}
 end
 if stock < qty then
-	return {'sold_out', stock}
+	if ARGV[6] ~= '1' then
+		return {'sold_out', stock}
+	end
+	redis.call('SADD', KEYS[2], user)
+	redis.call('HSET', KEYS[3], req, '0:' .. user)
+	return {'need_stock', stock}
 end
 
 stock = redis.call('HINCRBY', KEYS[1], 'stock', -qty)

@@ -9,6 +9,10 @@
 #   4 seckill_buy while stock lasts every call a purchase committed to seckill.orders
 #   5 seckill_buy after sell-out    answered from shared memory
 #   6 Redis alone                   redis-benchmark running lua/buy.lua, unpipelined / pipelined
+# and the cost of each traffic feature, as row 4 on a campaign with it:
+#   4r rate limits per user and per address (generous: every call passes both buckets)
+#   4t one-time tokens (each call issues its token with seckill_token, then buys with it)
+#   4s stock split into 8 shards (while every shard has stock)
 # Rows 2-4 run durable (synchronous_commit = on); their "off" figures are an
 # extra column (the worker commits durably whatever the setting, so for row 4
 # it only changes the callers' sessions).  Prints a Markdown table with ratios to rows 1 and 2, the
@@ -52,6 +56,9 @@ psql_q() { psql -XAtq -v ON_ERROR_STOP=1 "$@"; }
 run_id=$(date +%s)
 big=bench-stock-$run_id
 gone=bench-gone-$run_id
+rate=bench-rate-$run_id
+tok=bench-token-$run_id
+sharded=bench-shards-$run_id
 psql_q <<SQL >/dev/null
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS seckill;
@@ -67,8 +74,16 @@ CREATE TABLE bench.orders (
 	UNIQUE (item, user_id));
 SELECT seckill_campaign_create('$big', 2000000000);
 SELECT seckill_campaign_create('$gone', 1);
+SELECT seckill_campaign_create('$rate', 2000000000);
+SELECT seckill_campaign_set('$rate', '{"user_rate": 1000, "user_burst": 1000, "addr_rate": 1000000, "addr_burst": 1000000}');
+SELECT seckill_campaign_create('$tok', 2000000000);
+SELECT seckill_campaign_set('$tok', '{"token_required": true}');
+SELECT seckill_campaign_create('$sharded', 2000000000);
+SELECT seckill_campaign_set('$sharded', '{"shards": 8}');
 SQL
-psql_q -c "SELECT seckill_preheat('$big')" -c "SELECT seckill_preheat('$gone')" >/dev/null
+for g in "$big" "$gone" "$rate" "$tok" "$sharded"; do
+	psql_q -c "SELECT seckill_preheat('$g')" >/dev/null
+done
 psql_q -c "SELECT seckill_buy('first-and-last', '$gone')" >/dev/null
 
 cat >"$work/select1.sql" <<'SQL'
@@ -91,6 +106,18 @@ SQL
 cat >"$work/buy.sql" <<SQL
 \\set u random(1, 1000000000000000000)
 SELECT status FROM seckill_buy('b' || :u, '$big');
+SQL
+cat >"$work/rate.sql" <<SQL
+\\set u random(1, 1000000000000000000)
+SELECT status FROM seckill_buy('r' || :u, '$rate');
+SQL
+cat >"$work/token.sql" <<SQL
+\\set u random(1, 1000000000000000000)
+SELECT status FROM seckill_buy('t' || :u, '$tok', token => seckill_token('t' || :u, '$tok'));
+SQL
+cat >"$work/shards.sql" <<SQL
+\\set u random(1, 1000000000000000000)
+SELECT status FROM seckill_buy('h' || :u, '$sharded');
 SQL
 cat >"$work/soldout.sql" <<SQL
 \\set u random(1, 1000000000000000000)
@@ -130,6 +157,11 @@ for c in $clients; do
 	cell 5 on "$c" soldout.sql
 done
 read -r p1 r1 t1 c1 <<<"$(counters)"
+for c in $clients; do
+	cell 4r on "$c" rate.sql
+	cell 4t on "$c" token.sql
+	cell 4s on "$c" shards.sql
+done
 set_sync off
 for c in $clients; do
 	cell 2 off "$c" naive.sql
@@ -141,12 +173,13 @@ seckill_configure "RESET synchronous_commit"
 # Redis alone: the purchase script on a campaign of its own, random users
 sha=$(seckill_redis_cli SCRIPT LOAD "$(cat "$SECKILL_ROOT/lua/buy.lua")")
 rkey="seckill-bench:{c:0}"
-seckill_redis_cli DEL "$rkey:meta" "$rkey:buyers" "$rkey:journal" >/dev/null
+rkeys=("$rkey:meta" "$rkey:buyers" "$rkey:journal" "$rkey:rate:u" "$rkey:rate:a" "$rkey:token")
+seckill_redis_cli DEL "${rkeys[@]}" >/dev/null
 seckill_redis_cli HSET "$rkey:meta" stock 2000000000 starts 0 ends inf limit 1 state open >/dev/null
 redis_cell() { # label pipeline clients
 	local csv n=$((seconds * 20000))
 	csv=$(redis-benchmark -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" -c "$3" -n "$n" -P "$2" -r 1000000000 --csv \
-		EVALSHA "$sha" 3 "$rkey:meta" "$rkey:buyers" "$rkey:journal" u:__rand_int__ 1 __rand_int__ | tail -1)
+		EVALSHA "$sha" 6 "${rkeys[@]}" u:__rand_int__ 1 __rand_int__ '' '' '' | tail -1)
 	# "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
 	echo "$csv" | tr -d '"' | awk -F, -v row="$1" -v c="$3" '{ printf "%s on %s %d %.3f %.3f\n", row, c, $2, $5, $7 }' >>"$results"
 	tail -1 "$results" | awk '{ printf "  row %s, %3s clients: %8s calls/s, p50 %s ms, p99 %s ms\n", $1, $3, $4, $5, $6 }' >&2
@@ -155,7 +188,7 @@ for c in $clients; do
 	redis_cell 6a 1 "$c"
 	redis_cell 6b 16 "$c"
 done
-seckill_redis_cli DEL "$rkey:meta" "$rkey:buyers" "$rkey:journal" >/dev/null
+seckill_redis_cli DEL "${rkeys[@]}" >/dev/null
 
 # --- the invariants: nothing oversold, nobody twice -------------------------------
 check=$(psql_q <<SQL
@@ -165,7 +198,7 @@ SELECT count(*) FILTER (WHERE NOT ok) FROM (
 		AND c.sold <= c.total_stock
 		AND (SELECT count(*) FROM seckill.orders o WHERE o.campaign_id = c.id AND o.status <> 'cancelled')
 		  = (SELECT count(DISTINCT user_id) FROM seckill.orders o WHERE o.campaign_id = c.id AND o.status <> 'cancelled') AS ok
-	FROM seckill.campaigns c WHERE c.goods IN ('$big', '$gone')
+	FROM seckill.campaigns c WHERE c.goods IN ('$big', '$gone', '$rate', '$tok', '$sharded')
 	UNION ALL
 	SELECT s.remaining + (SELECT count(*) FROM bench.orders o WHERE o.item = s.id) = 2000000000
 	FROM bench.stock s) v;
@@ -223,6 +256,28 @@ purchases=$((p1 - p0))
 					off = (rows[r] " off " c) in tps ? tps[rows[r] " off " c] : "–"
 					printf "| %s | %s | %s | %s | %s | %s | %.2f | %.1f | %s |\n", rows[r], what[rows[r]], c,
 						tps[k], p50[k], p99[k], tps[k] / tps["1 on " c], tps[k] / tps["2 on " c], off
+				}
+		}' "$results"
+	echo
+	echo "What each traffic feature costs a purchase (row 4 on a campaign with it):"
+	echo
+	echo "| row | feature | clients | calls/s | p50 ms | p99 ms | × row 4 |"
+	echo "|---|---|---:|---:|---:|---:|---:|"
+	awk -v clients="$clients" '
+		BEGIN {
+			what["4r"] = "rate limits per user and address"; what["4t"] = "one-time token, issued and spent"
+			what["4s"] = "8 stock shards"
+			n = split(clients, cl, " ")
+		}
+		{ key = $1 " " $2 " " $3; tps[key] = $4; p50[key] = $5; p99[key] = $6 }
+		END {
+			split("4r 4t 4s", rows, " ")
+			for (r = 1; r <= 3; r++)
+				for (i = 1; i <= n; i++) {
+					c = cl[i]; k = rows[r] " on " c
+					if (!(k in tps)) continue
+					printf "| %s | %s | %s | %s | %s | %s | %.2f |\n", rows[r], what[rows[r]], c,
+						tps[k], p50[k], p99[k], tps[k] / tps["4 on " c]
 				}
 		}' "$results"
 	echo

@@ -20,19 +20,23 @@ ALTER TABLE seckill.campaigns
 		CHECK (token_ttl > interval '0' AND token_ttl <= interval '7 days'),
 	-- the key of the tokens' HMAC: 244 random bits
 	ADD COLUMN token_secret bytea NOT NULL
-		DEFAULT decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex');
+		DEFAULT decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'),
+	-- the stock split over this many Redis hash tags (Redis Cluster slots);
+	-- fixed once the campaign is preheated
+	ADD COLUMN shards int NOT NULL DEFAULT 1 CHECK (shards BETWEEN 1 AND 64);
 
 -- The worker stores validated limits and passes them on to Redis.
 CREATE FUNCTION seckill.apply_limits(campaign_id bigint, user_rate float8,
 	user_burst int, addr_rate float8, addr_burst int, max_in_flight int,
-	token_required boolean, token_ttl_us bigint)
+	token_required boolean, token_ttl_us bigint, shards int)
 RETURNS void
 AS 'MODULE_PATHNAME', 'seckill_apply_limits'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
--- Change some traffic limits of the open campaign of goods: the keys of
--- settings are changed, a JSON null clears a limit, the others stay.
--- Returns every limit as it is now.
+-- Change some traffic limits (or, before the first preheat, the stock
+-- shards) of the open campaign of goods: the keys of settings are changed, a
+-- JSON null clears a limit, the others stay.  Returns every setting as it is
+-- now.
 CREATE FUNCTION @extschema@.seckill_campaign_set(goods text, settings jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -44,7 +48,7 @@ DECLARE
 	v jsonb;
 	s text;
 	known constant text[] := ARRAY['user_rate', 'user_burst', 'addr_rate', 'addr_burst',
-		'max_in_flight', 'token_required', 'token_ttl'];
+		'max_in_flight', 'token_required', 'token_ttl', 'shards'];
 BEGIN
 	IF settings IS NULL OR jsonb_typeof(settings) <> 'object' THEN
 		RAISE EXCEPTION 'settings must be a JSON object'
@@ -74,6 +78,13 @@ BEGIN
 				WHEN 'max_in_flight' THEN c.max_in_flight := s::int;
 				WHEN 'token_required' THEN c.token_required := coalesce(s::boolean, false);
 				WHEN 'token_ttl' THEN c.token_ttl := coalesce(s::interval, interval '5 minutes');
+				WHEN 'shards' THEN
+					IF coalesce(s::int, 1) <> c.shards AND c.state <> 'draft' THEN
+						RAISE EXCEPTION 'the shards of campaign % cannot change: it is preheated', c.id
+							USING ERRCODE = 'object_not_in_prerequisite_state',
+								  HINT = 'Set shards before seckill_preheat(), or close the campaign and create a new one.';
+					END IF;
+					c.shards := coalesce(s::int, 1);
 			END CASE;
 		EXCEPTION WHEN data_exception THEN
 			RAISE EXCEPTION 'invalid value % for setting "%"', v, k
@@ -91,17 +102,21 @@ BEGIN
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Use null for the default (a burst of the rate rounded up; no bound in flight).';
 	END IF;
+	IF c.shards NOT BETWEEN 1 AND 64 THEN
+		RAISE EXCEPTION 'shards must be between 1 and 64'
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
 	IF c.token_ttl <= interval '0' OR c.token_ttl > interval '7 days' THEN
 		RAISE EXCEPTION 'token_ttl must be positive and at most 7 days'
 			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
 	PERFORM seckill.apply_limits(c.id, c.user_rate, c.user_burst, c.addr_rate, c.addr_burst,
 		c.max_in_flight, c.token_required,
-		(extract(epoch FROM c.token_ttl) * 1000000)::int8);
+		(extract(epoch FROM c.token_ttl) * 1000000)::int8, c.shards);
 	RETURN jsonb_build_object('user_rate', c.user_rate, 'user_burst', c.user_burst,
 		'addr_rate', c.addr_rate, 'addr_burst', c.addr_burst,
 		'max_in_flight', c.max_in_flight, 'token_required', c.token_required,
-		'token_ttl', c.token_ttl::text);
+		'token_ttl', c.token_ttl::text, 'shards', c.shards);
 END
 $$;
 
@@ -168,7 +183,7 @@ RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'seckill_stats_reset'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-REVOKE ALL ON FUNCTION seckill.apply_limits(bigint, float8, int, float8, int, int, boolean, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION seckill.apply_limits(bigint, float8, int, float8, int, int, boolean, bigint, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_campaign_set(text, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_token(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION seckill.stats_rows() FROM PUBLIC;

@@ -240,6 +240,31 @@ SELECT * FROM seckill_buy('alice', 'tickets');
 
 SELECT seckill_close('tickets');
 
+-- stock shards: a buyer whose home shard is empty gets stock from the others
+SELECT seckill_campaign_create('sharded', 8) IS NOT NULL AS created;
+SELECT seckill_campaign_set('sharded', '{"shards": 0}');
+SELECT seckill_campaign_set('sharded', '{"shards": 65}');
+SELECT seckill_campaign_set('sharded', '{"shards": 8}')->'shards' AS shards;
+SELECT seckill_preheat('sharded');
+SELECT seckill_campaign_set('sharded', '{"shards": 4}');
+SELECT seckill_campaign_set('sharded', '{"shards": 8, "user_rate": null}')->'shards' AS unchanged;
+-- nine users who all live in shard 0, which holds one item
+CREATE TEMP TABLE homed AS
+SELECT row_number() OVER () AS n, u FROM (
+	SELECT 'homed-' || i AS u FROM generate_series(1, 1000) i
+	WHERE (hashtext('homed-' || i)::bigint & 4294967295) % 8 = 0 ORDER BY i LIMIT 10) x;
+SELECT h.n, b.status FROM homed h, LATERAL seckill_buy(h.u, 'sharded') b WHERE h.n <= 9 ORDER BY h.n;
+SELECT sold, redis_stock, redis_buyers, in_flight, sold_out_cached FROM seckill_status('sharded');
+SELECT seckill_cancel(o.id) FROM seckill.orders o JOIN homed h ON h.u = o.user_id WHERE h.n = 1;
+SELECT redis_stock, redis_buyers, sold_out_cached FROM seckill_status('sharded');
+SELECT status FROM homed h, LATERAL seckill_buy(h.u, 'sharded') WHERE h.n = 10;
+SELECT campaign_goods, redis_stock_before, expected_stock, buyers_before, buyers_expected, repaired
+FROM seckill_reconcile('sharded');
+SELECT seckill_restock('sharded', 3);
+SELECT status FROM seckill_buy('after-restock', 'sharded');
+SELECT redis_stock, redis_buyers, sold_out_cached FROM seckill_status('sharded');
+SELECT seckill_close('sharded');
+
 -- from 1.0 to 1.1: the roles that could buy still can
 DROP EXTENSION seckill;
 CREATE EXTENSION seckill VERSION '1.0';

@@ -200,9 +200,10 @@ seckill_restock(PG_FUNCTION_ARGS)
 /*
  * seckill.apply_limits(campaign_id bigint, user_rate float8, user_burst int,
  *		addr_rate float8, addr_burst int, max_in_flight int,
- *		token_required bool, token_ttl_us bigint) RETURNS void
+ *		token_required bool, token_ttl_us bigint, shards int) RETURNS void
  *
- * The worker stores the campaign's traffic limits (NULL: none), validated by
+ * The worker stores the campaign's traffic limits (NULL: none) and, while it
+ * is a draft, its stock shards, validated by
  * seckill_campaign_set(), and passes them on to Redis and the campaign cache.
  */
 Datum
@@ -210,10 +211,10 @@ seckill_apply_limits(PG_FUNCTION_ARGS)
 {
 	SeckillRequest request;
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(6) || PG_ARGISNULL(7))
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(6) || PG_ARGISNULL(7) || PG_ARGISNULL(8))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("campaign_id, token_required and token_ttl_us must not be null")));
+				 errmsg("campaign_id, token_required, token_ttl_us and shards must not be null")));
 	memset(&request, 0, sizeof(request));
 	request.kind = SK_REQ_LIMITS;
 	request.campaign_id = PG_GETARG_INT64(0);
@@ -224,6 +225,7 @@ seckill_apply_limits(PG_FUNCTION_ARGS)
 	request.limits.max_in_flight = PG_ARGISNULL(5) ? 0 : PG_GETARG_INT32(5);
 	request.limits.token_required = PG_GETARG_BOOL(6);
 	request.limits.token_ttl = PG_GETARG_INT64(7);
+	request.limits.shards = PG_GETARG_INT32(8);
 	(void) seckill_request_checked(&request);
 	PG_RETURN_VOID();
 }

@@ -250,6 +250,7 @@ buy(SeckillRequest *request, const char *goods, const char *token,
 		limits = &info->limits;
 	}
 
+	request->shards = limits->shards;
 	if (limits->token_required &&
 		(token == NULL ||
 		 !seckill_token_verify(request->campaign_id, limits, request->user_id, token,

@@ -46,14 +46,61 @@ sk_reply_error(SeckillReply *reply, SeckillStatus status, const char *fmt,...)
 	va_end(ap);
 }
 
-/* Keep the backends' sold-out shortcut in step with Redis' stock. */
+/*
+ * Keep the backends' sold-out shortcut in step with Redis' stock: a
+ * campaign is sold out when every shard is empty.
+ */
 void
-sk_note_stock(int64 campaign_id, long long stock)
+sk_note_stock(int64 campaign_id, int shard, long long stock)
+{
+	SeckillCampaign *c = seckill_campaign_find(campaign_id);
+	int			nshards;
+	uint64		all;
+
+	if (c == NULL || stock < 0)
+		return;
+	nshards = Max(c->limits.shards, 1);
+	all = nshards == 64 ? ~UINT64CONST(0) : (UINT64CONST(1) << nshards) - 1;
+	if (stock == 0)
+		c->empty_shards |= UINT64CONST(1) << shard;
+	else
+		c->empty_shards &= ~(UINT64CONST(1) << shard);
+	pg_atomic_write_u32(&c->sold_out, (c->empty_shards & all) == all ? 1 : 0);
+}
+
+/* PostgreSQL says the campaign is sold out. */
+void
+sk_note_sold_out(int64 campaign_id)
 {
 	SeckillCampaign *c = seckill_campaign_find(campaign_id);
 
-	if (c != NULL && stock >= 0)
-		pg_atomic_write_u32(&c->sold_out, stock == 0 ? 1 : 0);
+	if (c == NULL)
+		return;
+	c->empty_shards = ~UINT64CONST(0);
+	pg_atomic_write_u32(&c->sold_out, 1);
+}
+
+/* The campaign's stock shards: from the cache, else from PostgreSQL. */
+static int
+campaign_shards(int64 id)
+{
+	SeckillCampaign *c = seckill_campaign_find(id);
+	SkCampaignRow row;
+	bool		found;
+
+	if (c != NULL)
+		return Max(c->limits.shards, 1);
+	store_begin("seckill: read campaign");
+	found = store_campaign(id, &row);
+	store_commit();
+	return found ? Max(row.limits.shards, 1) : 1;
+}
+
+/* Each shard's stock when a campaign's stock is split: as even as can be. */
+static int
+shard_stock(int stock, int shard, int nshards)
+{
+	return stock / nshards + (shard < stock % nshards ? 1 : 0);
 }
 
 /*
@@ -134,19 +181,21 @@ redis_refused(const SkReply *r, const char *what)
 }
 
 static void
-campaign_keys(int64 id, const char **keys)
+campaign_keys(int64 id, int shard, int nshards, const char **keys)
 {
-	keys[0] = sk_campaign_key(id, "meta");
-	keys[1] = sk_campaign_key(id, "buyers");
-	keys[2] = sk_campaign_key(id, "journal");
+	keys[0] = sk_shard_key(id, shard, nshards, "meta");
+	keys[1] = sk_shard_key(id, shard, nshards, "buyers");
+	keys[2] = sk_shard_key(id, shard, nshards, "journal");
 }
 
 /*
- * Settle every journal entry of one campaign.  False when Redis failed
- * (nothing is lost: the next replay takes over).
+ * Settle every journal entry of one shard of a campaign, and count the
+ * reservations of stock among them (an entry of quantity 0 only holds the
+ * buyer's place in its home shard while another shard lends the stock).
+ * False when Redis failed (nothing is lost: the next replay takes over).
  */
 static bool
-replay_campaign(int64 id, int *committed, int *compensated)
+replay_shard(int64 id, int shard, int nshards, int *committed, int *compensated)
 {
 	SkPipeline	p;
 	SkReply    *r;
@@ -156,9 +205,10 @@ replay_campaign(int64 id, int *committed, int *compensated)
 	const char **users;
 	bool	   *exists;
 	bool	   *active;
-	int			ncommitted = 0;
+	int			ncommitted = 0,
+				ncompensated = 0;
 
-	campaign_keys(id, keys);
+	campaign_keys(id, shard, nshards, keys);
 	sk_pipeline_init(&p);
 	sk_pipeline_add(&p, 2, (const char *[]) {"HGETALL", keys[2]}, NULL);
 	r = sk_pipeline_exec(&p);
@@ -167,10 +217,6 @@ replay_campaign(int64 id, int *committed, int *compensated)
 	if (r[0].type != REDIS_REPLY_ARRAY)
 		return redis_refused(&r[0], "reading the journal");
 	n = r[0].elements / 2;
-	if (committed)
-		*committed = 0;
-	if (compensated)
-		*compensated = 0;
 	if (n == 0)
 		return true;
 
@@ -193,7 +239,7 @@ replay_campaign(int64 id, int *committed, int *compensated)
 		const char *entry = r[0].element[2 * i + 1].str;
 		const char *sep = strchr(entry, ':');
 
-		if (exists[i] || sep == NULL)
+		if (exists[i] || sep == NULL || atoi(entry) == 0)
 			continue;
 		store_log_compensation(ids[i], id, sep + 1, atoi(entry),
 							   "not committed: replayed from the Redis journal");
@@ -204,17 +250,19 @@ replay_campaign(int64 id, int *committed, int *compensated)
 	for (int i = 0; i < n; i++)
 	{
 		char	   *reqid = r[0].element[2 * i].str;
+		bool		stock = atoi(r[0].element[2 * i + 1].str) > 0;
 
 		if (exists[i])
 		{
 			sk_pipeline_add(&p, 3, (const char *[]) {"HDEL", keys[2], reqid}, NULL);
-			ncommitted++;
+			ncommitted += stock;
 		}
 		else
 		{
 			const char *args[2] = {reqid, active[i] ? "keep" : "drop"};
 
 			sk_pipeline_script(&p, SK_SCRIPT_COMPENSATE, 3, keys, 2, args);
+			ncompensated += stock;
 		}
 	}
 	r = sk_pipeline_exec(&p);
@@ -225,16 +273,32 @@ replay_campaign(int64 id, int *committed, int *compensated)
 		if (sk_reply_is_error(&r[i]))
 			return redis_refused(&r[i], "settling the journal");
 		if (!exists[i] && r[i].type == REDIS_REPLY_ARRAY && r[i].elements == 2)
-			sk_note_stock(id, sk_reply_int(&r[i].element[1]));
+			sk_note_stock(id, shard, sk_reply_int(&r[i].element[1]));
 	}
-	seckill_stats_compensated(id, n - ncommitted);
+	seckill_stats_compensated(id, ncompensated);
 	ereport(LOG,
-			(errmsg("seckill worker replayed the journal of campaign " INT64_FORMAT ": %d committed, %d given back",
-					id, ncommitted, n - ncommitted)));
+			(errmsg("seckill worker replayed the journal of campaign " INT64_FORMAT " (shard %d of %d): %d committed, %d given back",
+					id, shard, nshards, ncommitted, ncompensated)));
+	*committed += ncommitted;
+	*compensated += ncompensated;
+	return true;
+}
+
+/* Settle the journals of every shard of a campaign.  False when Redis failed. */
+static bool
+replay_campaign(int64 id, int *committed, int *compensated)
+{
+	int			nshards = campaign_shards(id);
+	int			ncommitted = 0,
+				ncompensated = 0;
+
+	for (int shard = 0; shard < nshards; shard++)
+		if (!replay_shard(id, shard, nshards, &ncommitted, &ncompensated))
+			return false;
 	if (committed)
 		*committed = ncommitted;
 	if (compensated)
-		*compensated = n - ncommitted;
+		*compensated = ncompensated;
 	return true;
 }
 
@@ -291,6 +355,68 @@ limit_args(const SeckillLimits *l, const char **argv)
 }
 
 /*
+ * Load one shard: its share of the stock, the buyers whose home it is, the
+ * sale window and the limits; a draft's journal is emptied first.  False
+ * with the reply set when Redis failed or refused.
+ */
+static bool
+load_shard(const SkCampaignRow *row, int shard, int nshards, int stock, List *buyers,
+		   bool draft, SeckillReply *reply)
+{
+	SkPipeline	p;
+	SkReply    *r;
+	const char *keys[4];
+	const char *args[5 + LIMIT_ARGS];
+	const char **sadd = palloc(sizeof(char *) * (STAGE_CHUNK + 2));
+	int			nsadd = 0;
+	ListCell   *lc;
+
+	campaign_keys(row->id, shard, nshards, keys);
+	keys[3] = sk_shard_key(row->id, shard, nshards, "staged-buyers");
+	sk_pipeline_init(&p);
+	if (draft)
+		sk_pipeline_add(&p, 2, (const char *[]) {"DEL", keys[2]}, NULL);
+	sk_pipeline_add(&p, 2, (const char *[]) {"DEL", keys[3]}, NULL);
+	foreach(lc, buyers)
+	{
+		if (sk_home_shard(lfirst(lc), nshards) != shard)
+			continue;
+		if (nsadd == 0)
+		{
+			sadd[nsadd++] = "SADD";
+			sadd[nsadd++] = keys[3];
+		}
+		sadd[nsadd++] = lfirst(lc);
+		if (nsadd == STAGE_CHUNK + 2)
+		{
+			sk_pipeline_add(&p, nsadd, sadd, NULL);
+			nsadd = 0;
+		}
+	}
+	if (nsadd > 0)
+		sk_pipeline_add(&p, nsadd, sadd, NULL);
+	args[0] = psprintf("%d", stock);
+	args[1] = usec_arg(row->starts_at);
+	args[2] = usec_arg(row->ends_at);
+	args[3] = psprintf("%d", row->per_user_limit);
+	args[4] = "open";
+	sk_pipeline_script(&p, SK_SCRIPT_LOAD, 4, keys, 5 + limit_args(&row->limits, &args[5]), args);
+	r = sk_pipeline_exec(&p);
+	if (r == NULL)
+	{
+		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		return false;
+	}
+	if (sk_reply_is_error(&r[p.count - 1]))
+	{
+		sk_reply_error(reply, SK_ERR_INVALID, "loading campaign " INT64_FORMAT " into Redis failed: %s",
+					   row->id, r[p.count - 1].str);
+		return false;
+	}
+	return true;
+}
+
+/*
  * Load the campaign from PostgreSQL into Redis (stock = total - sold, buyers
  * = users with an active order) and into the campaign cache.  The caller
  * holds the lease.
@@ -301,14 +427,8 @@ rebuild_locked(int64 id, SeckillReply *reply)
 	SkCampaignRow row;
 	List	   *buyers = NIL;
 	bool		found;
-	SkPipeline	p;
-	SkReply    *r;
-	const char *keys[4];
-	const char *args[5 + LIMIT_ARGS];
-	const char **sadd;
-	int			nsadd = 0;
-	ListCell   *lc;
 	int			stock;
+	int			nshards;
 	bool		draft;
 
 	store_begin("seckill: load campaign");
@@ -344,52 +464,18 @@ rebuild_locked(int64 id, SeckillReply *reply)
 	 * campaign ids restarted.  Otherwise settle the journal first.
 	 */
 	draft = strcmp(row.state, "draft") == 0;
+	nshards = Max(row.limits.shards, 1);
 	if (!draft && !replay_campaign(id, NULL, NULL))
 	{
 		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
 		return;
 	}
 
-	campaign_keys(id, keys);
-	keys[3] = sk_campaign_key(id, "staged-buyers");
-	sk_pipeline_init(&p);
-	if (draft)
-		sk_pipeline_add(&p, 2, (const char *[]) {"DEL", keys[2]}, NULL);
-	sk_pipeline_add(&p, 2, (const char *[]) {"DEL", keys[3]}, NULL);
-	sadd = palloc(sizeof(char *) * (STAGE_CHUNK + 2));
-	foreach(lc, buyers)
-	{
-		if (nsadd == 0)
-		{
-			sadd[nsadd++] = "SADD";
-			sadd[nsadd++] = keys[3];
-		}
-		sadd[nsadd++] = lfirst(lc);
-		if (nsadd == STAGE_CHUNK + 2 || lnext(buyers, lc) == NULL)
-		{
-			sk_pipeline_add(&p, nsadd, sadd, NULL);
-			nsadd = 0;
-		}
-	}
 	stock = row.total_stock - row.sold;
-	args[0] = psprintf("%d", stock);
-	args[1] = usec_arg(row.starts_at);
-	args[2] = usec_arg(row.ends_at);
-	args[3] = psprintf("%d", row.per_user_limit);
-	args[4] = "open";
-	sk_pipeline_script(&p, SK_SCRIPT_LOAD, 4, keys, 5 + limit_args(&row.limits, &args[5]), args);
-	r = sk_pipeline_exec(&p);
-	if (r == NULL)
-	{
-		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
-		return;
-	}
-	if (sk_reply_is_error(&r[p.count - 1]))
-	{
-		sk_reply_error(reply, SK_ERR_INVALID, "loading campaign " INT64_FORMAT " into Redis failed: %s",
-					   id, r[p.count - 1].str);
-		return;
-	}
+	for (int shard = 0; shard < nshards; shard++)
+		if (!load_shard(&row, shard, nshards, shard_stock(stock, shard, nshards), buyers,
+						draft, reply))
+			return;
 
 	if (draft)
 	{
@@ -399,9 +485,11 @@ rebuild_locked(int64 id, SeckillReply *reply)
 	}
 	(void) seckill_campaign_store(id, row.goods, row.starts_at, row.ends_at,
 								  row.per_user_limit, &row.limits, row.created_at, stock <= 0);
+	for (int shard = 0; shard < nshards; shard++)
+		sk_note_stock(id, shard, shard_stock(stock, shard, nshards));
 	ereport(LOG,
-			(errmsg("seckill worker loaded campaign " INT64_FORMAT " (\"%s\") into Redis: stock %d, %d buyers",
-					id, row.goods, stock, list_length(buyers))));
+			(errmsg("seckill worker loaded campaign " INT64_FORMAT " (\"%s\") into Redis: stock %d, %d buyers, %d shard(s)",
+					id, row.goods, stock, list_length(buyers), nshards)));
 	reply->status = SK_OK;
 	reply->values[0] = stock;
 	reply->values[1] = list_length(buyers);
@@ -433,11 +521,14 @@ close_locked(int64 id, SeckillReply *reply)
 	seckill_campaign_forget(id);
 
 	/* Keep the closed campaign's keys a week for inspection, then let Redis drop them. */
-	campaign_keys(id, keys);
 	sk_pipeline_init(&p);
-	sk_pipeline_add(&p, 4, (const char *[]) {"HSET", keys[0], "state", "closed"}, NULL);
-	sk_pipeline_add(&p, 3, (const char *[]) {"EXPIRE", keys[0], ttl}, NULL);
-	sk_pipeline_add(&p, 3, (const char *[]) {"EXPIRE", keys[1], ttl}, NULL);
+	for (int shard = 0; shard < Max(row.limits.shards, 1); shard++)
+	{
+		campaign_keys(id, shard, Max(row.limits.shards, 1), keys);
+		sk_pipeline_add(&p, 4, (const char *[]) {"HSET", keys[0], "state", "closed"}, NULL);
+		sk_pipeline_add(&p, 3, (const char *[]) {"EXPIRE", keys[0], ttl}, NULL);
+		sk_pipeline_add(&p, 3, (const char *[]) {"EXPIRE", keys[1], ttl}, NULL);
+	}
 	if (sk_pipeline_exec(&p) == NULL)
 	{
 		sk_reply_error(reply, SK_ERR_REDIS,
@@ -455,22 +546,34 @@ status(int64 id, SeckillReply *reply)
 	SkReply    *r;
 	const char *keys[3];
 	SeckillCampaign *c = seckill_campaign_find(id);
+	int			nshards = campaign_shards(id);
 
-	campaign_keys(id, keys);
 	sk_pipeline_init(&p);
-	sk_pipeline_add(&p, 3, (const char *[]) {"HGET", keys[0], "stock"}, NULL);
-	sk_pipeline_add(&p, 2, (const char *[]) {"SCARD", keys[1]}, NULL);
-	sk_pipeline_add(&p, 2, (const char *[]) {"HLEN", keys[2]}, NULL);
+	for (int shard = 0; shard < nshards; shard++)
+	{
+		campaign_keys(id, shard, nshards, keys);
+		sk_pipeline_add(&p, 3, (const char *[]) {"HGET", keys[0], "stock"}, NULL);
+		sk_pipeline_add(&p, 2, (const char *[]) {"SCARD", keys[1]}, NULL);
+		sk_pipeline_add(&p, 2, (const char *[]) {"HLEN", keys[2]}, NULL);
+	}
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 	{
 		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
 		return;
 	}
+	/* the sums over the shards; the stock is unknown (-1) when a shard lost it */
 	reply->status = SK_OK;
-	reply->values[0] = r[0].type == REDIS_REPLY_NIL ? -1 : sk_reply_int(&r[0]);
-	reply->values[1] = sk_reply_int(&r[1]);
-	reply->values[2] = sk_reply_int(&r[2]);
+	memset(reply->values, 0, sizeof(reply->values));
+	for (int shard = 0; shard < nshards; shard++, r += 3)
+	{
+		if (r[0].type == REDIS_REPLY_NIL || reply->values[0] < 0)
+			reply->values[0] = -1;
+		else
+			reply->values[0] += sk_reply_int(&r[0]);
+		reply->values[1] += sk_reply_int(&r[1]);
+		reply->values[2] += sk_reply_int(&r[2]);
+	}
 	reply->values[3] = c != NULL && pg_atomic_read_u32(&c->sold_out) != 0;
 }
 
@@ -539,26 +642,49 @@ restock(const SkCancelled *c)
 {
 	SkPipeline	p;
 	SkReply    *r;
-	const char *keys[2] = {sk_campaign_key(c->campaign_id, "meta"),
-	sk_campaign_key(c->campaign_id, "buyers")};
+	int			nshards = campaign_shards(c->campaign_id);
 	const char **args = palloc(sizeof(char *) * (2 + list_length(c->users)));
-	int			nargs = 0;
-	ListCell   *lc;
+	int		   *sent = palloc(sizeof(int) * nshards);
+	int			nsent = 0;
 
-	args[nargs++] = psprintf("%d", c->qty);
-	args[nargs++] = c->rebuy ? "1" : "0";
-	foreach(lc, c->users)
-		args[nargs++] = lfirst(lc);
+	/* each shard gets back the stock of the buyers whose home it is */
 	sk_pipeline_init(&p);
-	sk_pipeline_script(&p, SK_SCRIPT_RESTOCK, 2, keys, nargs, args);
+	for (int shard = 0; shard < nshards; shard++)
+	{
+		const char *keys[2] = {sk_shard_key(c->campaign_id, shard, nshards, "meta"),
+		sk_shard_key(c->campaign_id, shard, nshards, "buyers")};
+		int			nargs = 2,
+					qty = 0;
+		ListCell   *lu,
+				   *lq;
+
+		forboth(lu, c->users, lq, c->qtys)
+		{
+			if (sk_home_shard(lfirst(lu), nshards) != shard)
+				continue;
+			args[nargs++] = lfirst(lu);
+			qty += lfirst_int(lq);
+		}
+		if (qty == 0)
+			continue;
+		args[0] = psprintf("%d", qty);
+		args[1] = c->rebuy ? "1" : "0";
+		sk_pipeline_script(&p, SK_SCRIPT_RESTOCK, 2, keys, nargs, args);
+		sent[nsent++] = shard;
+	}
 	r = sk_pipeline_exec(&p);
-	if (r == NULL || sk_reply_is_error(&r[0]))
-		ereport(WARNING,
-				(errmsg("seckill could not give %d item(s) of campaign " INT64_FORMAT " back to Redis: %s",
-						c->qty, c->campaign_id, r ? r[0].str : sk_redis_error()),
-				 errhint("seckill_reconcile() puts them back from PostgreSQL.")));
-	else
-		sk_note_stock(c->campaign_id, sk_reply_int(&r[0]));
+	for (int i = 0; i < nsent; i++)
+	{
+		if (r == NULL || sk_reply_is_error(&r[i]))
+		{
+			ereport(WARNING,
+					(errmsg("seckill could not give %d item(s) of campaign " INT64_FORMAT " back to Redis: %s",
+							c->qty, c->campaign_id, r ? r[i].str : sk_redis_error()),
+					 errhint("seckill_reconcile() puts them back from PostgreSQL.")));
+			return;
+		}
+		sk_note_stock(c->campaign_id, sent[i], sk_reply_int(&r[i]));
+	}
 }
 
 static void
@@ -640,11 +766,14 @@ restock_locked(int64 id, int delta, SeckillReply *reply)
 	if (strcmp(row.state, "preheated") == 0)
 	{
 		SkPipeline	p;
-		const char *key = sk_campaign_key(id, "meta");
-		char	   *stock = psprintf("%d", row.total_stock - row.sold);
+		int			nshards = Max(row.limits.shards, 1);
+		int			stock = row.total_stock - row.sold;
 
+		/* the worker sells nothing meanwhile: the shards can be evened out */
 		sk_pipeline_init(&p);
-		sk_pipeline_add(&p, 4, (const char *[]) {"HSET", key, "stock", stock}, NULL);
+		for (int shard = 0; shard < nshards; shard++)
+			sk_pipeline_add(&p, 4, (const char *[]) {"HSET", sk_shard_key(id, shard, nshards, "meta"),
+							"stock", psprintf("%d", shard_stock(stock, shard, nshards))}, NULL);
 		if (sk_pipeline_exec(&p) == NULL)
 		{
 			sk_reply_error(reply, SK_ERR_REDIS,
@@ -652,7 +781,8 @@ restock_locked(int64 id, int delta, SeckillReply *reply)
 						   sk_redis_error());
 			return;
 		}
-		sk_note_stock(id, row.total_stock - row.sold);
+		for (int shard = 0; shard < nshards; shard++)
+			sk_note_stock(id, shard, shard_stock(stock, shard, nshards));
 	}
 	reply->status = SK_OK;
 	reply->values[0] = row.total_stock;
@@ -680,10 +810,15 @@ limits_locked(int64 id, const SeckillLimits *limits, SeckillReply *reply)
 	if (strcmp(row.state, "preheated") == 0)
 	{
 		SkPipeline	p;
-		const char *argv[2 + LIMIT_ARGS] = {"HSET", sk_campaign_key(id, "meta")};
+		const char *argv[2 + LIMIT_ARGS] = {"HSET"};
+		int			nshards = Max(row.limits.shards, 1);
 
 		sk_pipeline_init(&p);
-		sk_pipeline_add(&p, 2 + limit_args(&row.limits, &argv[2]), argv, NULL);
+		for (int shard = 0; shard < nshards; shard++)
+		{
+			argv[1] = sk_shard_key(id, shard, nshards, "meta");
+			sk_pipeline_add(&p, 2 + limit_args(&row.limits, &argv[2]), argv, NULL);
+		}
 		if (sk_pipeline_exec(&p) == NULL)
 		{
 			sk_reply_error(reply, SK_ERR_REDIS,

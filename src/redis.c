@@ -13,6 +13,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "stats.h"
@@ -28,6 +29,7 @@ static const char *const script_source[SK_NSCRIPTS] = {
 	[SK_SCRIPT_COMPENSATE] = LUA_COMPENSATE,
 	[SK_SCRIPT_LOAD] = LUA_LOAD,
 	[SK_SCRIPT_RESTOCK] = LUA_RESTOCK,
+	[SK_SCRIPT_TAKE] = LUA_TAKE,
 	[SK_SCRIPT_LOCK] = LUA_LOCK,
 	[SK_SCRIPT_UNLOCK] = LUA_UNLOCK,
 };
@@ -396,6 +398,23 @@ char *
 sk_campaign_key(int64 campaign_id, const char *part)
 {
 	return psprintf("%s:{c:" INT64_FORMAT "}:%s", seckill_redis_prefix, campaign_id, part);
+}
+
+char *
+sk_shard_key(int64 campaign_id, int shard, int nshards, const char *part)
+{
+	if (nshards <= 1)
+		return sk_campaign_key(campaign_id, part);
+	return psprintf("%s:{c:" INT64_FORMAT ":%d}:%s", seckill_redis_prefix, campaign_id, shard, part);
+}
+
+/* The same as SQL's (hashtext(user_id)::bigint & 4294967295) % nshards. */
+int
+sk_home_shard(const char *user_id, int nshards)
+{
+	if (nshards <= 1)
+		return 0;
+	return (int) (hash_bytes((const unsigned char *) user_id, strlen(user_id)) % (uint32) nshards);
 }
 
 /* The first line of the password file; NULL (and the error set) when unusable. */

@@ -26,6 +26,7 @@ typedef enum SkScript
 	SK_SCRIPT_COMPENSATE,
 	SK_SCRIPT_LOAD,
 	SK_SCRIPT_RESTOCK,
+	SK_SCRIPT_TAKE,
 	SK_SCRIPT_LOCK,
 	SK_SCRIPT_UNLOCK,
 	SK_NSCRIPTS
@@ -67,7 +68,16 @@ extern SkReply *sk_pipeline_exec(SkPipeline *p);
 extern bool sk_reply_is_error(const SkReply *r);
 extern long long sk_reply_int(const SkReply *r);
 
-/* Key names: prefix:{c:<id>}:<part>, one hash tag per campaign. */
+/*
+ * Key names: prefix:{c:<id>}:<part>, one hash tag per campaign; a campaign
+ * whose stock is split into shards has a hash tag per shard,
+ * prefix:{c:<id>:<shard>}:<part>, so that the shards can live on different
+ * Redis Cluster nodes.  A user's buyer entry, rate-limit buckets and spent
+ * tokens live in its home shard, which also serves its purchases while it
+ * has stock; the others lend theirs when it has none.
+ */
 extern char *sk_campaign_key(int64 campaign_id, const char *part);
+extern char *sk_shard_key(int64 campaign_id, int shard, int nshards, const char *part);
+extern int	sk_home_shard(const char *user_id, int nshards);
 
 #endif							/* SECKILL_REDIS_H */

@@ -48,8 +48,9 @@ extern const char *seckill_status_name(SeckillStatus status);
 #define SK_TOKEN_SECRET_LEN 32
 
 /*
- * A campaign's traffic limits: columns of seckill.campaigns, copied into the
- * campaign cache and into the campaign's hash in Redis.  0 or false: none.
+ * A campaign's traffic limits and stock shards: columns of
+ * seckill.campaigns, copied into the campaign cache and into the campaign's
+ * hash in Redis.  0 or false: none.
  */
 typedef struct SeckillLimits
 {
@@ -61,7 +62,10 @@ typedef struct SeckillLimits
 	bool		token_required; /* purchases need a token from seckill_token() */
 	int64		token_ttl;		/* microseconds a token stays valid */
 	uint8		token_secret[SK_TOKEN_SECRET_LEN];
+	int32		shards;			/* stock shards in Redis; fixed once preheated */
 } SeckillLimits;
+
+#define SK_MAX_SHARDS 64
 
 /* GUCs (seckill.c) */
 extern char *seckill_redis_host;

@@ -499,6 +499,7 @@ seckill_campaign_store(int64 id, const char *goods, TimestampTz starts_at,
 	c->limits = *limits;
 	c->created_at = created_at;
 	c->stats = stats_entry_for(id, goods);
+	c->empty_shards = sold_out ? ~UINT64CONST(0) : 0;
 	pg_atomic_write_u32(&c->sold_out, sold_out ? 1 : 0);
 	LWLockRelease(seckill_shared->campaigns_lock);
 	return true;

@@ -69,6 +69,7 @@ typedef struct SeckillRequest
 	char		client_addr[SK_ADDR_LEN];	/* "" when unknown */
 	char		token_nonce[SK_NONCE_LEN + 1];	/* of a verified token, else "" */
 	int64		token_expiry;	/* its expiry, microseconds since the Unix epoch */
+	int32		shards;			/* the campaign's stock shards */
 	SeckillLimits limits;		/* for SK_REQ_LIMITS */
 } SeckillRequest;
 
@@ -98,7 +99,8 @@ typedef struct SeckillCampaign
 	 */
 	TimestampTz created_at;
 	int			stats;			/* its entry in seckill_stats */
-	pg_atomic_uint32 sold_out;
+	uint64		empty_shards;	/* the worker's: a bit per shard with no stock */
+	pg_atomic_uint32 sold_out;	/* every shard is empty */
 } SeckillCampaign;
 
 /*

@@ -387,7 +387,7 @@ row_from_tuple(HeapTuple tuple, TupleDesc desc, SkCampaignRow *row)
 	row->ends_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 7, &isnull));
 	strlcpy(row->state, state, sizeof(row->state));
 	store_limits_from_tuple(tuple, desc, 9, &row->limits);
-	row->created_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 17, &isnull));
+	row->created_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 18, &isnull));
 }
 
 /* Read the LIMITS_COLUMNS that start at column first (1-based). */
@@ -408,6 +408,7 @@ store_limits_from_tuple(HeapTuple tuple, TupleDesc desc, int first, SeckillLimit
 	secret = DatumGetByteaPP(SPI_getbinval(tuple, desc, first + 7, &isnull));
 	memcpy(limits->token_secret, VARDATA_ANY(secret),
 		   Min(VARSIZE_ANY_EXHDR(secret), SK_TOKEN_SECRET_LEN));
+	limits->shards = DatumGetInt32(SPI_getbinval(tuple, desc, first + 8, &isnull));
 }
 
 #define CAMPAIGN_FIELDS \
@@ -524,21 +525,22 @@ store_set_state(int64 campaign_id, const char *state)
 void
 store_set_limits(int64 campaign_id, const SeckillLimits *limits)
 {
-	Oid			types[8] = {INT8OID, FLOAT8OID, INT4OID, FLOAT8OID, INT4OID, INT4OID,
-	BOOLOID, INT8OID};
-	Datum		values[8] = {
+	Oid			types[9] = {INT8OID, FLOAT8OID, INT4OID, FLOAT8OID, INT4OID, INT4OID,
+	BOOLOID, INT8OID, INT4OID};
+	Datum		values[9] = {
 		Int64GetDatum(campaign_id),
 		Float8GetDatum(limits->user_rate), Int32GetDatum(limits->user_burst),
 		Float8GetDatum(limits->addr_rate), Int32GetDatum(limits->addr_burst),
 		Int32GetDatum(limits->max_in_flight), BoolGetDatum(limits->token_required),
-		Int64GetDatum(limits->token_ttl)
+		Int64GetDatum(limits->token_ttl), Int32GetDatum(limits->shards)
 	};
 
 	run("UPDATE seckill.campaigns SET user_rate = nullif($2, 0), user_burst = nullif($3, 0), "
 		"addr_rate = nullif($4, 0), addr_burst = nullif($5, 0), "
 		"max_in_flight = nullif($6, 0), token_required = $7, "
-		"token_ttl = make_interval(secs => $8 / 1000000.0) WHERE id = $1",
-		8, types, values, SPI_OK_UPDATE);
+		"token_ttl = make_interval(secs => $8 / 1000000.0), "
+		"shards = CASE WHEN state = 'draft' THEN $9 ELSE shards END WHERE id = $1",
+		9, types, values, SPI_OK_UPDATE);
 }
 
 /*
@@ -568,6 +570,7 @@ cancel_orders(const char *which, int nargs, Oid *types, Datum *values, SkCancell
 	spi_cxt = MemoryContextSwitchTo(caller_cxt);
 	out->qty = 0;
 	out->users = NIL;
+	out->qtys = NIL;
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[r];
@@ -576,6 +579,7 @@ cancel_orders(const char *which, int nargs, Oid *types, Datum *values, SkCancell
 
 		out->campaign_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
 		out->users = lappend(out->users, TextDatumGetCString(SPI_getbinval(tup, desc, 2, &isnull)));
+		out->qtys = lappend_int(out->qtys, DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull)));
 		out->qty += DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
 		out->rebuy = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
 	}

@@ -24,6 +24,9 @@ typedef struct SkOrder
 	int32		qty;
 	SeckillStatus outcome;		/* SK_OK once committed, else what to answer */
 	char	   *reason;			/* why PostgreSQL refused it */
+	int			nshards;		/* the campaign's stock shards */
+	int			home;			/* the user's home shard: its buyer entry */
+	int			stock_shard;	/* the shard its stock came from */
 } SkOrder;
 
 typedef struct SkCampaignRow
@@ -48,7 +51,7 @@ typedef struct SkCampaignRow
 	"coalesce(user_rate, 0), coalesce(user_burst, greatest(1, ceil(user_rate)::int)), " \
 	"coalesce(addr_rate, 0), coalesce(addr_burst, greatest(1, ceil(addr_rate)::int)), " \
 	"coalesce(max_in_flight, 0), token_required, " \
-	"(extract(epoch FROM token_ttl) * 1000000)::int8, token_secret"
+	"(extract(epoch FROM token_ttl) * 1000000)::int8, token_secret, shards"
 
 extern void store_limits_from_tuple(HeapTuple tuple, TupleDesc desc, int first,
 									SeckillLimits *limits);
@@ -75,6 +78,7 @@ typedef struct SkCancelled
 	bool		rebuy;			/* may the buyers buy again? */
 	int			qty;			/* total quantity */
 	List	   *users;			/* char * */
+	List	   *qtys;			/* int: each user's quantity */
 	char		status[16];		/* for one order: its status before, or "" if none */
 } SkCancelled;
 

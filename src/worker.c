@@ -60,8 +60,9 @@ static uint64 replayed_generation = 0;
  * sleeps or serves admin requests.  Until then the journal over-counts, never
  * under-counts: a replay finds their orders and just drops the entries.
  */
-static SkOrder *settled = NULL;
+static SkOrder *settled = NULL;	/* .home: the shard whose journal holds it */
 static int	nsettled = 0;
+static int	max_settled = 0;
 
 /* The install_generation our order ids belong to. */
 static uint32 seen_generation = 0;
@@ -139,18 +140,29 @@ status_from_script(const char *s)
 static void flush_settles(void);
 
 static void
-defer_settle(const SkOrder *order)
+defer_settle_in(const SkOrder *order, int shard)
 {
-	if (nsettled == MaxBackends)
+	if (nsettled == max_settled)
 		flush_settles();
-	if (nsettled == MaxBackends)
+	if (nsettled == max_settled)
 		nsettled = 0;			/* Redis failed: the replay drops them */
 	settled[nsettled].campaign_id = order->campaign_id;
 	settled[nsettled].id = order->id;
+	settled[nsettled].home = shard;
+	settled[nsettled].nshards = order->nshards;
 	nsettled++;
 }
 
-/* Add one HDEL per campaign for the deferred entries; returns the count. */
+/* A committed order's journal entries: in its home shard, and where its stock came from. */
+static void
+defer_settle(const SkOrder *order)
+{
+	defer_settle_in(order, order->home);
+	if (order->stock_shard != order->home)
+		defer_settle_in(order, order->stock_shard);
+}
+
+/* Add one HDEL per journal for the deferred entries; returns the count. */
 static int
 add_settles(SkPipeline *p)
 {
@@ -165,10 +177,12 @@ add_settles(SkPipeline *p)
 		if (done[i])
 			continue;
 		argv[argc++] = "HDEL";
-		argv[argc++] = sk_campaign_key(settled[i].campaign_id, "journal");
+		argv[argc++] = sk_shard_key(settled[i].campaign_id, settled[i].home,
+									settled[i].nshards, "journal");
 		for (int j = i; j < nsettled; j++)
 		{
-			if (done[j] || settled[j].campaign_id != settled[i].campaign_id)
+			if (done[j] || settled[j].campaign_id != settled[i].campaign_id ||
+				settled[j].home != settled[i].home)
 				continue;
 			argv[argc++] = psprintf(INT64_FORMAT, settled[j].id);
 			done[j] = true;
@@ -193,7 +207,28 @@ flush_settles(void)
 		needs_replay = true;
 }
 
-/* Give back, at once, the reservations PostgreSQL refused. */
+/*
+ * Add a give-back (lua/compensate.lua) of an order's journal entry in one
+ * shard: its stock, and its buyer unless keep.
+ */
+static void
+add_give_back(SkPipeline *p, const SkOrder *order, int shard, bool keep)
+{
+	const char *keys[3] = {
+		sk_shard_key(order->campaign_id, shard, order->nshards, "meta"),
+		sk_shard_key(order->campaign_id, shard, order->nshards, "buyers"),
+		sk_shard_key(order->campaign_id, shard, order->nshards, "journal")
+	};
+	const char *args[2] = {psprintf(INT64_FORMAT, order->id), keep ? "keep" : "drop"};
+
+	sk_pipeline_script(p, SK_SCRIPT_COMPENSATE, 3, keys, 2, args);
+}
+
+/*
+ * Give back, at once, the reservations PostgreSQL refused: the stock to its
+ * shard, and the buyer's place in its home shard (kept when PostgreSQL
+ * refused a duplicate).
+ */
 static void
 compensate(SkOrder *orders, int n)
 {
@@ -204,17 +239,13 @@ compensate(SkOrder *orders, int n)
 	sk_pipeline_init(&p);
 	for (int i = 0; i < n; i++)
 	{
-		char	   *id = psprintf(INT64_FORMAT, orders[i].id);
-		const char *keys[3] = {
-			sk_campaign_key(orders[i].campaign_id, "meta"),
-			sk_campaign_key(orders[i].campaign_id, "buyers"),
-			sk_campaign_key(orders[i].campaign_id, "journal")
-		};
-		const char *args[2] = {id, orders[i].outcome == SK_DUPLICATE ? "keep" : "drop"};
+		bool		keep = orders[i].outcome == SK_DUPLICATE;
 
 		if (orders[i].outcome == SK_OK)
 			continue;
-		sk_pipeline_script(&p, SK_SCRIPT_COMPENSATE, 3, keys, 2, args);
+		add_give_back(&p, &orders[i], orders[i].stock_shard, keep);
+		if (orders[i].stock_shard != orders[i].home)
+			add_give_back(&p, &orders[i], orders[i].home, keep);
 		ncomp++;
 	}
 	if (ncomp == 0)
@@ -231,8 +262,9 @@ compensate(SkOrder *orders, int n)
 			continue;
 		seckill_stats_compensated(orders[i].campaign_id, 1);
 		if (replies[r].type == REDIS_REPLY_ARRAY && replies[r].elements == 2)
-			sk_note_stock(orders[i].campaign_id, sk_reply_int(&replies[r].element[1]));
-		r++;
+			sk_note_stock(orders[i].campaign_id, orders[i].stock_shard,
+						  sk_reply_int(&replies[r].element[1]));
+		r += orders[i].stock_shard != orders[i].home ? 2 : 1;
 	}
 }
 
@@ -275,7 +307,7 @@ serve_from_database(RoundItem **items, int n)
 		if (orders[i].outcome == SK_OK)
 			items[i]->reply.order_id = orders[i].id;
 		else if (orders[i].outcome == SK_SOLD_OUT)
-			sk_note_stock(orders[i].campaign_id, 0);
+			sk_note_sold_out(orders[i].campaign_id);
 		answer(items[i]);
 	}
 }
@@ -312,14 +344,150 @@ leave_database_mode(void)
 	return true;
 }
 
+/* buy.lua for one purchase, in its home shard. */
+static void
+add_buy(SkPipeline *p, const SeckillRequest *req, const SkOrder *order)
+{
+	SeckillCampaign *c = seckill_campaign_find(req->campaign_id);
+	int64		instance = c ? c->created_at : 0;
+	int64		id = req->campaign_id;
+	int			home = order->home,
+				nshards = order->nshards;
+	const char *keys[6] = {
+		sk_shard_key(id, home, nshards, "meta"),
+		sk_shard_key(id, home, nshards, "buyers"),
+		sk_shard_key(id, home, nshards, "journal"),
+		sk_shard_key(id, home, nshards, psprintf("rate:" INT64_FORMAT ":u:%s", instance, req->user_id)),
+		sk_shard_key(id, home, nshards, psprintf("rate:" INT64_FORMAT ":a:%s", instance, req->client_addr)),
+		sk_shard_key(id, home, nshards, psprintf("token:%s", req->token_nonce))
+	};
+	const char *args[6] = {
+		req->user_id,
+		psprintf("%d", req->qty),
+		psprintf(INT64_FORMAT, order->id),
+		req->token_nonce[0] ? psprintf(INT64_FORMAT, req->token_expiry) : "",
+		req->client_addr[0] ? "1" : "",
+		nshards > 1 ? "1" : ""
+	};
+
+	sk_pipeline_script(p, SK_SCRIPT_BUY, 6, keys, 6, args);
+}
+
+/* A purchase of a round, with what Redis has said of it so far. */
+typedef struct Purchase
+{
+	RoundItem  *item;
+	SkOrder		order;
+} Purchase;
+
+static int
+purchase_cmp(const void *a, const void *b)
+{
+	int64		x = ((const Purchase *) a)->order.id;
+	int64		y = ((const Purchase *) b)->order.id;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * The purchases whose home shard had too little stock: each asks the next
+ * shard round the ring (lua/take.lua), all of them in one pipeline per step,
+ * until one lends the stock or none is left.  Those served join accepted;
+ * the others get their answer once their place in the home shard is given
+ * back.  False when Redis failed (the replay then settles what was done).
+ */
+static bool
+take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccepted,
+			   int64 *rebuild, int *nrebuild)
+{
+	Purchase   *done = palloc(sizeof(Purchase) * npending);
+	int			ndone = 0;
+	SkPipeline	p;
+	SkReply    *r;
+
+	for (int step = 1; npending > 0; step++)
+	{
+		int			nsent = 0,
+					nleft = 0;
+
+		sk_pipeline_init(&p);
+		for (int i = 0; i < npending; i++)
+		{
+			SkOrder    *o = &pending[i].order;
+			int			shard = (o->home + step) % o->nshards;
+			const char *keys[2] = {sk_shard_key(o->campaign_id, shard, o->nshards, "meta"),
+			sk_shard_key(o->campaign_id, shard, o->nshards, "journal")};
+			const char *args[3] = {psprintf(INT64_FORMAT, o->id), psprintf("%d", o->qty),
+			o->user_id};
+
+			if (step >= o->nshards)
+			{
+				/* every shard is short: sold out, exactly */
+				pending[i].item->reply.status = SK_SOLD_OUT;
+				done[ndone++] = pending[i];
+				continue;
+			}
+			o->stock_shard = shard;
+			sk_pipeline_script(&p, SK_SCRIPT_TAKE, 2, keys, 3, args);
+			pending[nsent++] = pending[i];
+		}
+		if (nsent == 0)
+			break;
+		r = sk_pipeline_exec(&p);
+		if (r == NULL)
+			return false;
+		for (int i = 0; i < nsent; i++)
+		{
+			SkOrder    *o = &pending[i].order;
+			const char *status = r[i].type == REDIS_REPLY_ARRAY && r[i].elements == 2 ?
+			r[i].element[0].str : NULL;
+
+			if (status == NULL)
+			{
+				sk_reply_error(&pending[i].item->reply, SK_ERR_REDIS_REFUSED,
+							   "the stock script failed: %s", r[i].str ? r[i].str : "unexpected reply");
+				done[ndone++] = pending[i];
+				continue;
+			}
+			sk_note_stock(o->campaign_id, o->stock_shard, sk_reply_int(&r[i].element[1]));
+			if (strcmp(status, "ok") == 0)
+				accepted[(*naccepted)++] = pending[i];
+			else if (strcmp(status, "empty") == 0)
+				pending[nleft++] = pending[i];
+			else
+			{
+				/* closed meanwhile, or the shard was lost: rebuilt after the round */
+				pending[i].item->reply.status = strcmp(status, "ended") == 0 ? SK_ENDED : SK_BUSY;
+				if (pending[i].item->reply.status == SK_BUSY)
+					rebuild[(*nrebuild)++] = o->campaign_id;
+				done[ndone++] = pending[i];
+			}
+		}
+		npending = nleft;
+	}
+
+	/* their place in the home shard goes, then they hear */
+	sk_pipeline_init(&p);
+	for (int i = 0; i < ndone; i++)
+		add_give_back(&p, &done[i].order, done[i].order.home, false);
+	if (ndone > 0 && sk_pipeline_exec(&p) == NULL)
+		needs_replay = true;
+	for (int i = 0; i < ndone; i++)
+		answer(done[i].item);
+	return true;
+}
+
 static void
 serve_purchases(RoundItem **items, int n)
 {
 	SkPipeline	p;
 	SkReply    *replies;
-	SkOrder    *orders = palloc0(sizeof(SkOrder) * n);
-	RoundItem **accepted_items = palloc(sizeof(RoundItem *) * n);
-	int			naccepted = 0;
+	Purchase   *all = palloc0(sizeof(Purchase) * n);
+	Purchase   *accepted = palloc(sizeof(Purchase) * n);
+	Purchase   *pending = palloc(sizeof(Purchase) * n);
+	SkOrder    *orders;
+	int			naccepted = 0,
+				npending = 0;
 	int64	   *ids;
 	int			nsettles;
 	int64	   *rebuild = palloc(sizeof(int64) * n);
@@ -342,30 +510,16 @@ serve_purchases(RoundItem **items, int n)
 	for (int i = 0; i < n; i++)
 	{
 		SeckillRequest *req = &items[i]->request;
-		SeckillCampaign *c = seckill_campaign_find(req->campaign_id);
-		int64		instance = c ? c->created_at : 0;
-		char	   *args[5];
-		const char *keys[6] = {
-			sk_campaign_key(req->campaign_id, "meta"),
-			sk_campaign_key(req->campaign_id, "buyers"),
-			sk_campaign_key(req->campaign_id, "journal"),
-			sk_campaign_key(req->campaign_id,
-							psprintf("rate:" INT64_FORMAT ":u:%s", instance, req->user_id)),
-			sk_campaign_key(req->campaign_id,
-							psprintf("rate:" INT64_FORMAT ":a:%s", instance, req->client_addr)),
-			sk_campaign_key(req->campaign_id, psprintf("token:%s", req->token_nonce))
-		};
+		SkOrder    *o = &all[i].order;
 
-		orders[i].id = ids[i];
-		orders[i].campaign_id = req->campaign_id;
-		orders[i].user_id = req->user_id;
-		orders[i].qty = req->qty;
-		args[0] = req->user_id;
-		args[1] = psprintf("%d", req->qty);
-		args[2] = psprintf(INT64_FORMAT, orders[i].id);
-		args[3] = req->token_nonce[0] ? psprintf(INT64_FORMAT, req->token_expiry) : "";
-		args[4] = req->client_addr[0] ? "1" : "";
-		sk_pipeline_script(&p, SK_SCRIPT_BUY, 6, keys, 5, (const char **) args);
+		all[i].item = items[i];
+		o->id = ids[i];
+		o->campaign_id = req->campaign_id;
+		o->user_id = req->user_id;
+		o->qty = req->qty;
+		o->nshards = Max(req->shards, 1);
+		o->home = o->stock_shard = sk_home_shard(req->user_id, o->nshards);
+		add_buy(&p, req, o);
 	}
 	replies = sk_pipeline_exec(&p);
 	if (replies == NULL)
@@ -381,6 +535,7 @@ serve_purchases(RoundItem **items, int n)
 	{
 		SkReply    *r = &replies[nsettles + i];
 		SeckillReply *reply = &items[i]->reply;
+		SkOrder    *o = &all[i].order;
 
 		if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
 			r->element[0].str == NULL)
@@ -395,7 +550,13 @@ serve_purchases(RoundItem **items, int n)
 			/* Redis lost the campaign: rebuild it from PostgreSQL after this round. */
 			reply->status = SK_BUSY;
 			answer(items[i]);
-			rebuild[nrebuild++] = orders[i].campaign_id;
+			rebuild[nrebuild++] = o->campaign_id;
+			continue;
+		}
+		if (strcmp(r->element[0].str, "need_stock") == 0)
+		{
+			sk_note_stock(o->campaign_id, o->home, sk_reply_int(&r->element[1]));
+			pending[npending++] = all[i];
 			continue;
 		}
 		reply->status = status_from_script(r->element[0].str);
@@ -403,18 +564,30 @@ serve_purchases(RoundItem **items, int n)
 			snprintf(reply->message, sizeof(reply->message),
 					 "the purchase script answered \"%s\"", r->element[0].str);
 		if (reply->status == SK_OK)
-		{
-			orders[naccepted] = orders[i];
-			accepted_items[naccepted++] = items[i];
-		}
+			accepted[naccepted++] = all[i];
 		else
 			answer(items[i]);
 		if (reply->status == SK_OK || reply->status == SK_SOLD_OUT)
-			sk_note_stock(orders[i].campaign_id, sk_reply_int(&r->element[1]));
+			sk_note_stock(o->campaign_id, o->home, sk_reply_int(&r->element[1]));
+	}
+	if (npending > 0 &&
+		!take_elsewhere(pending, npending, accepted, &naccepted, rebuild, &nrebuild))
+	{
+		needs_replay = true;
+		for (int i = 0; i < npending; i++)
+		{
+			sk_reply_error(&pending[i].item->reply, SK_ERR_REDIS, "%s", sk_redis_error());
+			answer(pending[i].item);
+		}
 	}
 
 	if (naccepted > 0)
 	{
+		/* the group commit wants them by id; those served by other shards came last */
+		qsort(accepted, naccepted, sizeof(Purchase), purchase_cmp);
+		orders = palloc(sizeof(SkOrder) * naccepted);
+		for (int i = 0; i < naccepted; i++)
+			orders[i] = accepted[i].order;
 		seckill_crash_if(SK_CRASH_AFTER_RESERVE);
 		store_begin("seckill: commit orders");
 		store_commit_orders(orders, naccepted, true);
@@ -431,10 +604,10 @@ serve_purchases(RoundItem **items, int n)
 		}
 		for (int i = 0; i < naccepted; i++)
 		{
-			accepted_items[i]->reply.status = orders[i].outcome;
+			accepted[i].item->reply.status = orders[i].outcome;
 			if (orders[i].outcome == SK_OK)
-				accepted_items[i]->reply.order_id = orders[i].id;
-			answer(accepted_items[i]);
+				accepted[i].item->reply.order_id = orders[i].id;
+			answer(accepted[i].item);
 		}
 		compensate(orders, naccepted);
 	}
@@ -568,7 +741,9 @@ seckill_worker_main(Datum main_arg)
 
 	round_cxt = AllocSetContextCreate(TopMemoryContext, "seckill round", ALLOCSET_DEFAULT_SIZES);
 	slots = MemoryContextAlloc(TopMemoryContext, sizeof(int) * MaxBackends);
-	settled = MemoryContextAlloc(TopMemoryContext, sizeof(SkOrder) * MaxBackends);
+	/* up to two journal entries per purchase: home shard, and the one lending stock */
+	max_settled = 2 * MaxBackends;
+	settled = MemoryContextAlloc(TopMemoryContext, sizeof(SkOrder) * max_settled);
 	items = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem) * MaxBackends);
 	buys = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem *) * MaxBackends);
 

@@ -45,17 +45,17 @@ end
 local function admitted(key, rate, burst)
 	local b = redis.call('HMGET', key, 'tokens', 'at')
 	local tokens, at = tonumber(b[1]) or burst, tonumber(b[2]) or now
+	-- a clock that went back (a failover to another node) refills nothing
 	if now > at then
 		tokens = tokens + (now - at) * rate / 1000000
-		at = now
 	end
 	tokens = math.min(tokens, burst)
 	local ok = tokens >= 1
 	if ok then
 		tokens = tokens - 1
 	end
-	redis.call('HSET', key, 'tokens', string.format('%.6f', tokens), 'at', string.format('%.0f', at))
-	redis.call('PEXPIRE', key, math.ceil(burst / rate * 1000) + 1000)
+	redis.call('HSET', key, 'tokens', string.format('%.17g', tokens), 'at', string.format('%.0f', now))
+	redis.call('PEXPIRE', key, string.format('%.0f', math.ceil(burst / rate * 1000) + 1000))
 	return ok
 end
 

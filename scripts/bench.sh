@@ -113,7 +113,7 @@ SELECT status FROM seckill_buy('r' || :u, '$rate');
 SQL
 cat >"$work/token.sql" <<SQL
 \\set u random(1, 1000000000000000000)
-SELECT status FROM seckill_buy('t' || :u, '$tok', token => seckill_token('t' || :u, '$tok'));
+SELECT status FROM seckill_buy('t' || :u, '$tok', 1, seckill_token('t' || :u, '$tok'));
 SQL
 cat >"$work/shards.sql" <<SQL
 \\set u random(1, 1000000000000000000)

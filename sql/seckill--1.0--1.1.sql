@@ -18,12 +18,64 @@ ALTER TABLE seckill.campaigns
 	ADD COLUMN token_required boolean NOT NULL DEFAULT false,
 	ADD COLUMN token_ttl interval NOT NULL DEFAULT '5 minutes'
 		CHECK (token_ttl > interval '0' AND token_ttl <= interval '7 days'),
-	-- the key of the tokens' HMAC: 244 random bits
-	ADD COLUMN token_secret bytea NOT NULL
-		DEFAULT decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'),
 	-- the stock split over this many Redis hash tags (Redis Cluster slots);
 	-- fixed once the campaign is preheated
 	ADD COLUMN shards int NOT NULL DEFAULT 1 CHECK (shards BETWEEN 1 AND 64);
+
+-- The key of each campaign's token HMAC (244 random bits), apart from
+-- seckill.campaigns: a role that may read the campaigns cannot forge tokens.
+CREATE TABLE seckill.token_secrets (
+	campaign_id bigint PRIMARY KEY REFERENCES seckill.campaigns (id) ON DELETE CASCADE,
+	secret bytea NOT NULL CHECK (octet_length(secret) = 32)
+);
+
+CREATE FUNCTION seckill.new_token_secret()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	INSERT INTO seckill.token_secrets (campaign_id, secret)
+	VALUES (NEW.id, decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'));
+	RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER campaigns_token_secret AFTER INSERT ON seckill.campaigns
+	FOR EACH ROW EXECUTE FUNCTION seckill.new_token_secret();
+
+INSERT INTO seckill.token_secrets (campaign_id, secret)
+SELECT id, decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex')
+FROM seckill.campaigns;
+
+-- For seckill_buy and seckill_token, which call it from C (no EXECUTE grant
+-- needed) for a campaign the worker has not cached.
+CREATE FUNCTION seckill.token_secret(campaign_id bigint)
+RETURNS bytea
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	s bytea;
+BEGIN
+	SELECT t.secret INTO s FROM seckill.token_secrets t WHERE t.campaign_id = token_secret.campaign_id;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'campaign % has no token secret', campaign_id
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	RETURN s;
+END
+$$;
+
+-- pg_dump saves the data of these extension tables (1.0 forgot to say so).
+SELECT pg_catalog.pg_extension_config_dump('seckill.campaigns', '');
+SELECT pg_catalog.pg_extension_config_dump('seckill.orders', '');
+SELECT pg_catalog.pg_extension_config_dump('seckill.compensations', '');
+SELECT pg_catalog.pg_extension_config_dump('seckill.token_secrets', '');
+SELECT pg_catalog.pg_extension_config_dump('seckill.order_ids', '');
+SELECT pg_catalog.pg_extension_config_dump(pg_catalog.pg_get_serial_sequence('seckill.campaigns', 'id')::pg_catalog.regclass, '');
 
 -- The worker stores validated limits and passes them on to Redis.
 CREATE FUNCTION seckill.apply_limits(campaign_id bigint, user_rate float8,
@@ -36,10 +88,12 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 -- Change some traffic limits (or, before the first preheat, the stock
 -- shards) of the open campaign of goods: the keys of settings are changed, a
 -- JSON null clears a limit, the others stay.  Returns every setting as it is
--- now.
+-- now.  Runs as the extension's owner, so that a DBA role granted this
+-- function needs no grant on the tables.
 CREATE FUNCTION @extschema@.seckill_campaign_set(goods text, settings jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -55,8 +109,14 @@ BEGIN
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'For example ''{"user_rate": 1, "user_burst": 3}''; null clears a limit.';
 	END IF;
-	SELECT * INTO c FROM seckill.campaigns k
+	SELECT k.id INTO c.id FROM seckill.campaigns k
 	WHERE k.goods = seckill_campaign_set.goods AND k.state <> 'closed';
+	IF FOUND THEN
+		-- one change at a time, each merged into the last one's result (not
+		-- a row lock, which would block the worker's update)
+		PERFORM pg_advisory_xact_lock(hashtextextended('seckill_campaign_set:' || c.id, 0));
+		SELECT * INTO c FROM seckill.campaigns k WHERE k.id = c.id AND k.state <> 'closed';
+	END IF;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'no open campaign for goods "%"', goods
 			USING ERRCODE = 'undefined_object',
@@ -91,14 +151,14 @@ BEGIN
 				USING ERRCODE = 'invalid_parameter_value', DETAIL = SQLERRM;
 		END;
 	END LOOP;
-	IF c.user_rate <= 0 OR c.addr_rate <= 0 OR c.user_rate = 'NaN' OR c.addr_rate = 'NaN'
-	   OR c.user_rate = 'Infinity' OR c.addr_rate = 'Infinity' THEN
-		RAISE EXCEPTION 'a rate must be a positive number of calls per second'
+	IF NOT (c.user_rate BETWEEN 0.001 AND 1000000) OR NOT (c.addr_rate BETWEEN 0.001 AND 1000000) THEN
+		RAISE EXCEPTION 'a rate must be between 0.001 and 1000000 calls per second'
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Use null for no limit.';
 	END IF;
-	IF c.user_burst < 1 OR c.addr_burst < 1 OR c.max_in_flight < 1 THEN
-		RAISE EXCEPTION 'user_burst, addr_burst and max_in_flight must be at least 1'
+	IF NOT (c.user_burst BETWEEN 1 AND 1000000) OR NOT (c.addr_burst BETWEEN 1 AND 1000000)
+	   OR c.max_in_flight < 1 THEN
+		RAISE EXCEPTION 'user_burst and addr_burst must be between 1 and 1000000, max_in_flight at least 1'
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Use null for the default (a burst of the rate rounded up; no bound in flight).';
 	END IF;
@@ -127,35 +187,14 @@ RETURNS text
 AS 'MODULE_PATHNAME', 'seckill_token'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
--- seckill_buy takes a token and the client's address.  The 1.0 function is
--- replaced; the roles that could run it keep that right.
-ALTER FUNCTION @extschema@.seckill_buy(text, text, int) RENAME TO seckill_buy_1_0;
-
-CREATE FUNCTION @extschema@.seckill_buy(user_id text, goods text, qty int DEFAULT 1,
-	token text DEFAULT NULL, client_addr inet DEFAULT inet_client_addr(),
+-- seckill_buy with a purchase token and the client's address, for the
+-- campaigns' traffic limits.  The three-argument seckill_buy stays: it buys
+-- without a token, and limits by the session's client address.
+CREATE FUNCTION @extschema@.seckill_buy(user_id text, goods text, qty int, token text,
+	client_addr inet DEFAULT inet_client_addr(),
 	OUT status text, OUT order_id bigint)
 AS 'MODULE_PATHNAME', 'seckill_buy'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-REVOKE ALL ON FUNCTION @extschema@.seckill_buy(text, text, int, text, inet) FROM PUBLIC;
-
-DO $$
-DECLARE
-	r record;
-BEGIN
-	FOR r IN
-		SELECT a.grantee::regrole AS role
-		FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
-		WHERE p.oid = '@extschema@.seckill_buy_1_0(text, text, int)'::pg_catalog.regprocedure
-		  AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner
-	LOOP
-		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION @extschema@.seckill_buy(text, text, int, text, inet) TO %s',
-			r.role);
-	END LOOP;
-END
-$$;
-
-DROP FUNCTION @extschema@.seckill_buy_1_0(text, text, int);
 
 -- Purchase figures from shared memory: a row for all campaigns
 -- (campaign_id NULL), then one per campaign preheated since the last reset.
@@ -183,8 +222,21 @@ RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'seckill_stats_reset'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+-- The worker loads its campaign cache again, with the new columns.
+CREATE FUNCTION seckill.sql_changed()
+RETURNS void
+AS 'MODULE_PATHNAME', 'seckill_sql_changed'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+SELECT seckill.sql_changed();
+
+REVOKE ALL ON FUNCTION seckill.sql_changed() FROM PUBLIC;
+REVOKE ALL ON TABLE seckill.token_secrets FROM PUBLIC;
+REVOKE ALL ON FUNCTION seckill.new_token_secret() FROM PUBLIC;
+REVOKE ALL ON FUNCTION seckill.token_secret(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION seckill.apply_limits(bigint, float8, int, float8, int, int, boolean, bigint, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_campaign_set(text, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_token(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.seckill_buy(text, text, int, text, inet) FROM PUBLIC;
 REVOKE ALL ON FUNCTION seckill.stats_rows() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.seckill_stats_reset() FROM PUBLIC;

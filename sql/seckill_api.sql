@@ -159,10 +159,10 @@ SELECT campaign_goods, released FROM seckill_release_expired();  -- no campaign 
 CREATE ROLE seckill_nobody;
 CREATE ROLE seckill_app;
 GRANT USAGE ON SCHEMA seckill TO seckill_app;
-GRANT SELECT (id, goods, total_stock, sold, starts_at, ends_at, state) ON seckill.campaigns TO seckill_app;
-GRANT SELECT ON seckill.orders TO seckill_app;
-GRANT EXECUTE ON FUNCTION seckill_buy(text, text, int, text, inet), seckill_order(text, text),
-	seckill_token(text, text), seckill_pay(bigint), seckill_cancel(bigint) TO seckill_app;
+GRANT SELECT ON seckill.campaigns, seckill.orders TO seckill_app;
+GRANT EXECUTE ON FUNCTION seckill_buy(text, text, int), seckill_buy(text, text, int, text, inet),
+	seckill_order(text, text), seckill_token(text, text), seckill_pay(bigint),
+	seckill_cancel(bigint) TO seckill_app;
 SET ROLE seckill_nobody;
 SELECT * FROM seckill_buy('mallory', 'rollback');
 SELECT seckill_preheat('rollback');
@@ -175,7 +175,8 @@ SELECT seckill_pay(order_id) FROM seckill_order('app-user', 'rollback');
 SELECT seckill_close('rollback');
 SELECT * FROM seckill_reconcile();
 SELECT * FROM seckill_status('rollback');
-SELECT token_secret FROM seckill.campaigns;
+SELECT * FROM seckill.token_secrets;
+SELECT seckill.token_secret(1);
 SELECT count(*) FROM seckill.stats;
 RESET ROLE;
 
@@ -194,17 +195,17 @@ SELECT seckill_campaign_set('limited', '{"user_rate": 0.001, "user_burst": 2, "a
 SELECT seckill_preheat('limited');
 SELECT seckill_stats_reset() >= now() AS reset;
 -- two calls of one user in the bucket (ok, then duplicate), the third is refused
-SELECT status FROM seckill_buy('alice', 'limited', client_addr => NULL);
-SELECT status FROM seckill_buy('alice', 'limited', client_addr => NULL);
-SELECT status FROM seckill_buy('alice', 'limited', client_addr => NULL);
+SELECT status FROM seckill_buy('alice', 'limited', 1, NULL, NULL);
+SELECT status FROM seckill_buy('alice', 'limited', 1, NULL, NULL);
+SELECT status FROM seckill_buy('alice', 'limited', 1, NULL, NULL);
 -- one address: a burst of one (the rate rounded up), then refused; no address, no limit
-SELECT status FROM seckill_buy('bob', 'limited', client_addr => '10.0.0.2');
-SELECT status FROM seckill_buy('carol', 'limited', client_addr => '10.0.0.2');
-SELECT status FROM seckill_buy('dave', 'limited', client_addr => NULL);
+SELECT status FROM seckill_buy('bob', 'limited', 1, NULL, '10.0.0.2');
+SELECT status FROM seckill_buy('carol', 'limited', 1, NULL, '10.0.0.2');
+SELECT status FROM seckill_buy('dave', 'limited', 1, NULL, NULL);
 -- changed while the sale runs: no reset of the buckets
 SELECT seckill_campaign_set('limited', '{"user_burst": 5, "addr_rate": null}');
-SELECT status FROM seckill_buy('alice', 'limited', client_addr => NULL);
-SELECT status FROM seckill_buy('carol', 'limited', client_addr => '10.0.0.2');
+SELECT status FROM seckill_buy('alice', 'limited', 1, NULL, NULL);
+SELECT status FROM seckill_buy('carol', 'limited', 1, NULL, '10.0.0.2');
 SELECT goods, calls, ok, duplicate, rate_limited, errors, in_flight, call_p50_ms > 0 AS timed
 FROM seckill.stats WHERE goods = 'limited';
 SELECT calls, ok, rate_limited, redis_p99_ms > 0 AS redis_timed, rounds > 0 AS rounds
@@ -213,15 +214,15 @@ FROM seckill.stats WHERE campaign_id IS NULL;
 -- one-time tokens: a purchase needs one, it works once, for its user only
 SELECT seckill_campaign_set('limited', '{"user_rate": null, "token_required": true, "token_ttl": "1 minute"}');
 SELECT status FROM seckill_buy('erin', 'limited');
-SELECT status FROM seckill_buy('erin', 'limited', token => 'forged');
-SELECT status FROM seckill_buy('erin', 'limited', token => '1-0123456789abcdef-0123456789abcdef0123456789abcdef');
+SELECT status FROM seckill_buy('erin', 'limited', 1, 'forged');
+SELECT status FROM seckill_buy('erin', 'limited', 1, '1-0123456789abcdef-0123456789abcdef0123456789abcdef');
 SELECT seckill_token('erin', 'limited') AS erin_token \gset
 SELECT seckill_token('frank', 'limited') AS frank_token \gset
-SELECT status FROM seckill_buy('frank', 'limited', token => :'erin_token');
-SELECT status FROM seckill_buy('erin', 'limited', token => :'erin_token');
-SELECT status FROM seckill_buy('erin', 'limited', token => :'erin_token');
-SELECT status FROM seckill_buy('frank', 'limited', token => upper(:'frank_token'));
-SELECT status FROM seckill_buy('frank', 'limited', token => :'frank_token');
+SELECT status FROM seckill_buy('frank', 'limited', 1, :'erin_token');
+SELECT status FROM seckill_buy('erin', 'limited', 1, :'erin_token');
+SELECT status FROM seckill_buy('erin', 'limited', 1, :'erin_token');
+SELECT status FROM seckill_buy('frank', 'limited', 1, upper(:'frank_token'));
+SELECT status FROM seckill_buy('frank', 'limited', 1, :'frank_token');
 SELECT length(:'erin_token') AS token_length, :'erin_token' <> :'frank_token' AS distinct_tokens;
 SELECT seckill_token('erin', 'no-such-goods');
 SELECT seckill_token(NULL, 'limited');
@@ -265,14 +266,23 @@ SELECT status FROM seckill_buy('after-restock', 'sharded');
 SELECT redis_stock, redis_buyers, sold_out_cached FROM seckill_status('sharded');
 SELECT seckill_close('sharded');
 
--- from 1.0 to 1.1: the roles that could buy still can
+-- from 1.0 to 1.1: the campaigns keep their data and get token secrets;
+-- the roles that could buy still can
 DROP EXTENSION seckill;
 CREATE EXTENSION seckill VERSION '1.0';
 GRANT EXECUTE ON FUNCTION seckill_buy(text, text, int) TO seckill_app;
+SELECT seckill_campaign_create('old', 3) IS NOT NULL AS created;
+SELECT * FROM seckill.reconcile_campaign(1);
 ALTER EXTENSION seckill UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'seckill';
-SELECT has_function_privilege('seckill_app', 'seckill_buy(text, text, int, text, inet)', 'EXECUTE') AS app_buys,
-	   has_function_privilege('seckill_nobody', 'seckill_buy(text, text, int, text, inet)', 'EXECUTE') AS nobody_buys;
+SELECT c.goods, octet_length(t.secret) FROM seckill.campaigns c JOIN seckill.token_secrets t ON t.campaign_id = c.id;
+SELECT has_function_privilege('seckill_app', 'seckill_buy(text, text, int)', 'EXECUTE') AS app_buys,
+	   has_function_privilege('seckill_app', 'seckill_buy(text, text, int, text, inet)', 'EXECUTE') AS app_buys_with_tokens,
+	   has_function_privilege('seckill_nobody', 'seckill_buy(text, text, int)', 'EXECUTE') AS nobody_buys;
+SELECT count(*) AS dumped FROM pg_extension e, unnest(e.extconfig) c WHERE e.extname = 'seckill';
+SELECT seckill_preheat('old');
+SELECT status FROM seckill_buy('alice', 'old');
+SELECT seckill_close('old');
 
 -- clean up
 DROP EXTENSION seckill;

@@ -24,6 +24,7 @@ PG_FUNCTION_INFO_V1(seckill_cancel);
 PG_FUNCTION_INFO_V1(seckill_restock);
 PG_FUNCTION_INFO_V1(seckill_release_campaign);
 PG_FUNCTION_INFO_V1(seckill_apply_limits);
+PG_FUNCTION_INFO_V1(seckill_sql_changed);
 
 /* The id of the open campaign for goods; ERROR when there is none. */
 int64
@@ -195,6 +196,19 @@ seckill_restock(PG_FUNCTION_ARGS)
 	reply = seckill_call_checked(SK_REQ_RESTOCK, seckill_open_campaign_id(goods), NULL,
 								 PG_GETARG_INT32(1));
 	PG_RETURN_INT32((int32) reply.values[0]);
+}
+
+/*
+ * seckill.sql_changed() RETURNS void: an update of the extension's SQL tells
+ * the worker to load its campaign cache again.
+ */
+Datum
+seckill_sql_changed(PG_FUNCTION_ARGS)
+{
+	if (seckill_shared != NULL &&
+		(!OidIsValid(seckill_shared->database_id) || MyDatabaseId == seckill_shared->database_id))
+		pg_atomic_fetch_add_u32(&seckill_shared->install_generation, 1);
+	PG_RETURN_VOID();
 }
 
 /*

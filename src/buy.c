@@ -15,9 +15,9 @@
 #include "access/htup_details.h"
 #include "executor/spi.h"
 #include "funcapi.h"
-#include "catalog/pg_authid.h"
 #include "miscadmin.h"
 #include "stats.h"
+#include "storage/ipc.h"
 #include "store.h"
 #include "token.h"
 #include "utils/builtins.h"
@@ -64,8 +64,6 @@ seckill_campaign_by_goods(const char *goods, CampaignInfo *info)
 	Datum		values[1] = {CStringGetTextDatum(goods)};
 	bool		found = false;
 	bool		isnull;
-	Oid			save_user;
-	int			save_sec;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -79,16 +77,8 @@ seckill_campaign_by_goods(const char *goods, CampaignInfo *info)
 			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
 		SPI_keepplan(plan);
 	}
-	/*
-	 * As the bootstrap superuser, as RI triggers switch to the table's owner:
-	 * callers need no grant on seckill.campaigns, whose token secrets are not
-	 * theirs to read.  An error restores the caller's identity on abort.
-	 */
-	GetUserIdAndSecContext(&save_user, &save_sec);
-	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID, save_sec | SECURITY_LOCAL_USERID_CHANGE);
 	if (SPI_execute_plan(plan, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "reading seckill.campaigns failed");
-	SetUserIdAndSecContext(save_user, save_sec);
 	if (SPI_processed > 0)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[0];
@@ -207,6 +197,29 @@ check_qty(int qty, int per_user_limit)
 				 errmsg("qty %d is above the campaign's per-user limit of %d", qty, per_user_limit)));
 }
 
+static void
+in_flight_done(int code, Datum arg)
+{
+	SeckillStats *st = (SeckillStats *) DatumGetPointer(arg);
+
+	pg_atomic_fetch_sub_u32(&seckill_shared->all.in_flight, 1);
+	if (st != NULL)
+		pg_atomic_fetch_sub_u32(&st->in_flight, 1);
+}
+
+/* The session's client address, as inet_client_addr() gives it; "" for none. */
+static void
+session_client_addr(char *out, size_t len)
+{
+	LOCAL_FCINFO(fc, 0);
+	Datum		addr;
+
+	InitFunctionCallInfoData(*fc, NULL, 0, InvalidOid, NULL, NULL);
+	addr = inet_client_addr(fc);
+	if (!fc->isnull)
+		strlcpy(out, DatumGetCString(DirectFunctionCall1(inet_out, addr)), len);
+}
+
 /*
  * Decide one purchase.  *stats is set to the campaign's stats entry as soon
  * as it is known, so that the caller can count an error too.
@@ -248,6 +261,8 @@ buy(SeckillRequest *request, const char *goods, const char *token,
 			return SK_NOT_STARTED;
 		request->campaign_id = info->id;
 		limits = &info->limits;
+		if (limits->token_required)
+			seckill_token_secret_load(info->id, limits);
 	}
 
 	request->shards = limits->shards;
@@ -260,25 +275,21 @@ buy(SeckillRequest *request, const char *goods, const char *token,
 	/* admission control: shed load at once rather than grow the queue */
 	if (seckill_max_queue > 0 && seckill_shared->queue_len >= (uint32) seckill_max_queue)
 		return SK_BUSY;
-	if (st != NULL)
+	pg_atomic_fetch_add_u32(&seckill_shared->all.in_flight, 1);
+	in_flight = st ? pg_atomic_fetch_add_u32(&st->in_flight, 1) : 0;
+	if (limits->max_in_flight > 0 && in_flight >= (uint32) limits->max_in_flight)
 	{
-		in_flight = pg_atomic_fetch_add_u32(&st->in_flight, 1);
-		if (limits->max_in_flight > 0 && in_flight >= (uint32) limits->max_in_flight)
-		{
-			pg_atomic_fetch_sub_u32(&st->in_flight, 1);
-			return SK_BUSY;
-		}
+		in_flight_done(0, PointerGetDatum(st));
+		return SK_BUSY;
 	}
-	PG_TRY();
+	/* counted out on every exit: an answer, an ERROR, or the backend's end */
+	seckill_backend_prepare();
+	PG_ENSURE_ERROR_CLEANUP(in_flight_done, PointerGetDatum(st));
 	{
 		reply = seckill_request_checked(request);
 	}
-	PG_FINALLY();
-	{
-		if (st != NULL)
-			pg_atomic_fetch_sub_u32(&st->in_flight, 1);
-	}
-	PG_END_TRY();
+	PG_END_ENSURE_ERROR_CLEANUP(in_flight_done, PointerGetDatum(st));
+	in_flight_done(0, PointerGetDatum(st));
 	*order_id = reply.order_id;
 	return reply.status;
 }
@@ -314,14 +325,17 @@ seckill_buy(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("qty must be at least 1")));
-	/* the 1.0 definition of the function has three arguments */
-	if (PG_NARGS() > 3 && !PG_ARGISNULL(3))
-		token = text_to_cstring(PG_GETARG_TEXT_PP(3));
-	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
+	/* seckill_buy(user_id, goods, qty) or (user_id, goods, qty, token, client_addr) */
+	if (PG_NARGS() < 5)
+		session_client_addr(request.client_addr, sizeof(request.client_addr));
+	else
 	{
-		char	   *addr = DatumGetCString(DirectFunctionCall1(inet_out, PG_GETARG_DATUM(4)));
-
-		strlcpy(request.client_addr, addr, sizeof(request.client_addr));
+		if (!PG_ARGISNULL(3))
+			token = text_to_cstring(PG_GETARG_TEXT_PP(3));
+		if (!PG_ARGISNULL(4))
+			strlcpy(request.client_addr,
+					DatumGetCString(DirectFunctionCall1(inet_out, PG_GETARG_DATUM(4))),
+					sizeof(request.client_addr));
 	}
 	seckill_check_database();
 

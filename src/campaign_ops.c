@@ -302,12 +302,18 @@ replay_campaign(int64 id, int *committed, int *compensated)
 	return true;
 }
 
-/* Replay the journals of every preheated campaign.  False when Redis failed. */
+/*
+ * Replay the journals of every preheated campaign.  False when Redis failed,
+ * or when the SQL is outdated (the campaigns cannot be read yet).
+ */
 bool
 sk_replay_all(void)
 {
 	List	   *rows = store_preheated_campaigns();
 	ListCell   *lc;
+
+	if (store_sql_outdated)
+		return false;
 
 	foreach(lc, rows)
 	{
@@ -810,6 +816,7 @@ limits_locked(int64 id, const SeckillLimits *limits, SeckillReply *reply)
 	if (strcmp(row.state, "preheated") == 0)
 	{
 		SkPipeline	p;
+		SkReply    *r;
 		const char *argv[2 + LIMIT_ARGS] = {"HSET"};
 		int			nshards = Max(row.limits.shards, 1);
 
@@ -819,7 +826,15 @@ limits_locked(int64 id, const SeckillLimits *limits, SeckillReply *reply)
 			argv[1] = sk_shard_key(id, shard, nshards, "meta");
 			sk_pipeline_add(&p, 2 + limit_args(&row.limits, &argv[2]), argv, NULL);
 		}
-		if (sk_pipeline_exec(&p) == NULL)
+		r = sk_pipeline_exec(&p);
+		for (int shard = 0; r != NULL && shard < nshards; shard++)
+			if (sk_reply_is_error(&r[shard]))
+			{
+				sk_reply_error(reply, SK_ERR_REDIS_REFUSED,
+							   "the limits changed in PostgreSQL, but Redis refused them: %s", r[shard].str);
+				return;
+			}
+		if (r == NULL)
 		{
 			sk_reply_error(reply, SK_ERR_REDIS,
 						   "the limits changed in PostgreSQL, but Redis failed (seckill_preheat() or seckill_reconcile() will catch up): %s",

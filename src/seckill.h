@@ -61,6 +61,7 @@ typedef struct SeckillLimits
 	int32		max_in_flight;	/* purchases with the worker at once */
 	bool		token_required; /* purchases need a token from seckill_token() */
 	int64		token_ttl;		/* microseconds a token stays valid */
+	bool		has_token_secret;	/* token_secret is loaded */
 	uint8		token_secret[SK_TOKEN_SECRET_LEN];
 	int32		shards;			/* stock shards in Redis; fixed once preheated */
 } SeckillLimits;

@@ -10,6 +10,7 @@
 
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "stats.h"
 #include "storage/backendid.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
@@ -79,7 +80,11 @@ seckill_shmem_startup(void)
 		pg_atomic_init_u64(&seckill_shared->counters.redis_round_trips, 0);
 		pg_atomic_init_u64(&seckill_shared->counters.commits, 0);
 		pg_atomic_init_u64(&seckill_shared->counters.compensations, 0);
-		/* the stats' atomics start zeroed by the memset, which is their init */
+		seckill_stats_init(&seckill_shared->all);
+		for (int b = 0; b < SK_HIST_BUCKETS; b++)
+			pg_atomic_init_u64(&seckill_shared->redis_latency.counts[b], 0);
+		for (int i = 0; i < seckill_max_campaigns; i++)
+			seckill_stats_init(&seckill_stats[i]);
 		SpinLockInit(&seckill_shared->stats_mutex);
 		seckill_shared->stats_since = GetCurrentTimestamp();
 		for (int i = 0; i < seckill_max_campaigns; i++)
@@ -130,6 +135,21 @@ backend_exit(int code, Datum arg)
 	seq = slot->seq;
 	SpinLockRelease(&slot->mutex);
 	slot_abandon(slot, seq);
+}
+
+/*
+ * Once per backend: give up its request when it exits.  Callers that
+ * register their own exit callbacks around a request call it first, so
+ * that theirs stay the latest registered.
+ */
+void
+seckill_backend_prepare(void)
+{
+	if (!exit_callback_registered)
+	{
+		before_shmem_exit(backend_exit, 0);
+		exit_callback_registered = true;
+	}
 }
 
 /*
@@ -200,11 +220,7 @@ seckill_call(const SeckillRequest *request)
 	seckill_check_database();
 	if (!OidIsValid(seckill_shared->database_id))
 		worker_not_running();	/* it never started: nothing to wait for */
-	if (!exit_callback_registered)
-	{
-		before_shmem_exit(backend_exit, 0);
-		exit_callback_registered = true;
-	}
+	seckill_backend_prepare();
 	slot = &seckill_slots[MyBackendId - 1];
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_request_timeout);
 
@@ -461,8 +477,11 @@ stats_entry_for(int64 id, const char *goods)
 	Assert(st != NULL);
 	if (st->campaign_id != id)
 	{
-		/* a fresh entry: the atomics are plain counters, zeroing them is safe */
-		memset(st, 0, sizeof(SeckillStats));
+		/*
+		 * Counts start afresh; in_flight is left to the callers of the
+		 * previous campaign still counted there, which take themselves off.
+		 */
+		seckill_stats_zero(st);
 		st->campaign_id = id;
 		strlcpy(st->goods, goods, sizeof(st->goods));
 	}

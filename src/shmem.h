@@ -172,6 +172,7 @@ extern void seckill_shmem_init(void);
 
 /* backends */
 extern void seckill_check_database(void);
+extern void seckill_backend_prepare(void);
 extern SeckillReply seckill_call(const SeckillRequest *request);
 extern bool seckill_campaign_lookup(const char *goods, SeckillCampaign *out);
 

@@ -197,8 +197,20 @@ seckill_stats_rows(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-static void
-stats_zero(SeckillStats *st)
+void
+seckill_stats_init(SeckillStats *st)
+{
+	for (int s = 0; s <= SK_STAT_ERRORS; s++)
+		pg_atomic_init_u64(&st->calls[s], 0);
+	pg_atomic_init_u64(&st->compensations, 0);
+	pg_atomic_init_u32(&st->in_flight, 0);
+	for (int b = 0; b < SK_HIST_BUCKETS; b++)
+		pg_atomic_init_u64(&st->latency.counts[b], 0);
+}
+
+/* Zero the counts; in_flight is live, not a count. */
+void
+seckill_stats_zero(SeckillStats *st)
 {
 	for (int s = 0; s <= SK_STAT_ERRORS; s++)
 		pg_atomic_write_u64(&st->calls[s], 0);
@@ -220,12 +232,12 @@ seckill_stats_reset(PG_FUNCTION_ARGS)
 
 	seckill_check_database();
 	c = &seckill_shared->counters;
-	stats_zero(&seckill_shared->all);
+	seckill_stats_zero(&seckill_shared->all);
 	for (int b = 0; b < SK_HIST_BUCKETS; b++)
 		pg_atomic_write_u64(&seckill_shared->redis_latency.counts[b], 0);
 	LWLockAcquire(seckill_shared->campaigns_lock, LW_SHARED);
 	for (int i = 0; i < seckill_max_campaigns; i++)
-		stats_zero(&seckill_stats[i]);
+		seckill_stats_zero(&seckill_stats[i]);
 	LWLockRelease(seckill_shared->campaigns_lock);
 
 	SpinLockAcquire(&seckill_shared->stats_mutex);

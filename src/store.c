@@ -19,6 +19,7 @@
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "pgstat.h"
+#include "token.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -375,6 +376,7 @@ static void
 row_from_tuple(HeapTuple tuple, TupleDesc desc, SkCampaignRow *row)
 {
 	bool		isnull;
+	Datum		secret;
 	char	   *goods = TextDatumGetCString(SPI_getbinval(tuple, desc, 2, &isnull));
 	char	   *state = TextDatumGetCString(SPI_getbinval(tuple, desc, 8, &isnull));
 
@@ -387,7 +389,10 @@ row_from_tuple(HeapTuple tuple, TupleDesc desc, SkCampaignRow *row)
 	row->ends_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 7, &isnull));
 	strlcpy(row->state, state, sizeof(row->state));
 	store_limits_from_tuple(tuple, desc, 9, &row->limits);
-	row->created_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 18, &isnull));
+	row->created_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 17, &isnull));
+	secret = SPI_getbinval(tuple, desc, 18, &isnull);
+	if (!isnull)
+		seckill_token_secret_copy(DatumGetByteaPP(secret), &row->limits);
 }
 
 /* Read the LIMITS_COLUMNS that start at column first (1-based). */
@@ -395,7 +400,6 @@ void
 store_limits_from_tuple(HeapTuple tuple, TupleDesc desc, int first, SeckillLimits *limits)
 {
 	bool		isnull;
-	bytea	   *secret;
 
 	memset(limits, 0, sizeof(SeckillLimits));
 	limits->user_rate = DatumGetFloat8(SPI_getbinval(tuple, desc, first, &isnull));
@@ -405,15 +409,13 @@ store_limits_from_tuple(HeapTuple tuple, TupleDesc desc, int first, SeckillLimit
 	limits->max_in_flight = DatumGetInt32(SPI_getbinval(tuple, desc, first + 4, &isnull));
 	limits->token_required = DatumGetBool(SPI_getbinval(tuple, desc, first + 5, &isnull));
 	limits->token_ttl = DatumGetInt64(SPI_getbinval(tuple, desc, first + 6, &isnull));
-	secret = DatumGetByteaPP(SPI_getbinval(tuple, desc, first + 7, &isnull));
-	memcpy(limits->token_secret, VARDATA_ANY(secret),
-		   Min(VARSIZE_ANY_EXHDR(secret), SK_TOKEN_SECRET_LEN));
-	limits->shards = DatumGetInt32(SPI_getbinval(tuple, desc, first + 8, &isnull));
+	limits->shards = DatumGetInt32(SPI_getbinval(tuple, desc, first + 7, &isnull));
 }
 
 #define CAMPAIGN_FIELDS \
 	"id, goods, total_stock, sold, per_user_limit, starts_at, ends_at, state, " \
-	LIMITS_COLUMNS ", created_at"
+	LIMITS_COLUMNS ", created_at, (SELECT t.secret FROM seckill.token_secrets t " \
+	"WHERE t.campaign_id = seckill.campaigns.id)"
 
 #define CAMPAIGN_COLUMNS "SELECT " CAMPAIGN_FIELDS " FROM seckill.campaigns "
 
@@ -436,13 +438,17 @@ store_campaign(int64 id, SkCampaignRow *row)
  * this library?  Until ALTER EXTENSION seckill UPDATE, the worker serves no
  * campaign and says so once.
  */
+bool		store_sql_outdated = false;
+
 static bool
 sql_version_matches(void)
 {
 	static bool warned = false;
 	bool		isnull;
 
-	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+	store_sql_outdated = !DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+													 SPI_tuptable->tupdesc, 1, &isnull));
+	if (!store_sql_outdated)
 		return true;
 	if (!warned)
 		ereport(WARNING,
@@ -466,6 +472,7 @@ store_preheated_campaigns(void)
 	MemoryContext spi_cxt;
 
 	store_begin("seckill: list campaigns");
+	store_sql_outdated = false;
 	run("SELECT extversion = '" SECKILL_SQL_VERSION "' FROM pg_catalog.pg_extension "
 		"WHERE extname = 'seckill'", 0, NULL, NULL, SPI_OK_SELECT);
 	if (SPI_processed > 0 && !sql_version_matches())

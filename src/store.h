@@ -45,16 +45,20 @@ typedef struct SkCampaignRow
 
 /*
  * A campaign's SeckillLimits as SQL select-list items, in the order
- * store_limits_from_tuple reads them.
+ * store_limits_from_tuple reads them; all but the token secret, which is
+ * in seckill.token_secrets.
  */
 #define LIMITS_COLUMNS \
 	"coalesce(user_rate, 0), coalesce(user_burst, greatest(1, ceil(user_rate)::int)), " \
 	"coalesce(addr_rate, 0), coalesce(addr_burst, greatest(1, ceil(addr_rate)::int)), " \
 	"coalesce(max_in_flight, 0), token_required, " \
-	"(extract(epoch FROM token_ttl) * 1000000)::int8, token_secret, shards"
+	"(extract(epoch FROM token_ttl) * 1000000)::int8, shards"
 
 extern void store_limits_from_tuple(HeapTuple tuple, TupleDesc desc, int first,
 									SeckillLimits *limits);
+
+/* Set by store_preheated_campaigns: the installed SQL is older than the library. */
+extern bool store_sql_outdated;
 
 extern void store_begin(const char *activity);
 extern void store_commit(void);

@@ -6,7 +6,7 @@
  * A token is "<expiry>-<nonce>-<mac>": its expiry in microseconds since the
  * Unix epoch (hex), a random 64-bit nonce (16 hex digits), and 128 bits of
  * HMAC-SHA256 over "<campaign id>:<expiry>:<nonce>:<user id>" keyed with
- * the campaign's secret (seckill.campaigns.token_secret).  Issuing one
+ * the campaign's secret (seckill.token_secrets).  Issuing one
  * costs no round trip.  seckill_buy checks the MAC and the expiry, so a
  * forged, altered or another user's token never reaches Redis; the purchase
  * script spends the nonce atomically with the purchase and checks the
@@ -17,14 +17,44 @@
 #include "token.h"
 
 #include "backend.h"
+#include "catalog/pg_type.h"
 #include "common/hmac.h"
 #include "common/sha2.h"
+#include "nodes/value.h"
+#include "parser/parse_func.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(seckill_token);
 
 #define MAC_LEN 16				/* bytes of the HMAC kept */
+
+void
+seckill_token_secret_copy(const bytea *secret, SeckillLimits *limits)
+{
+	if (VARSIZE_ANY_EXHDR(secret) != SK_TOKEN_SECRET_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("a token secret must be %d bytes long", SK_TOKEN_SECRET_LEN)));
+	memcpy(limits->token_secret, VARDATA_ANY(secret), SK_TOKEN_SECRET_LEN);
+	limits->has_token_secret = true;
+}
+
+/*
+ * The secret of a campaign the worker has not cached, through the
+ * SECURITY DEFINER function seckill.token_secret(): the caller needs no
+ * grant on seckill.token_secrets, and cannot read it otherwise.
+ */
+void
+seckill_token_secret_load(int64 campaign_id, SeckillLimits *limits)
+{
+	Oid			argtypes[1] = {INT8OID};
+	Oid			fn = LookupFuncName(list_make2(makeString("seckill"), makeString("token_secret")),
+									1, argtypes, false);
+
+	seckill_token_secret_copy(DatumGetByteaPP(OidFunctionCall1(fn, Int64GetDatum(campaign_id))),
+							  limits);
+}
 
 static void
 token_mac(int64 campaign_id, const SeckillLimits *limits, const char *user_id,
@@ -35,6 +65,8 @@ token_mac(int64 campaign_id, const SeckillLimits *limits, const char *user_id,
 	char	   *msg = psprintf(INT64_FORMAT ":" INT64_FORMAT ":%s:%s",
 							   campaign_id, expiry, nonce, user_id);
 
+	if (!limits->has_token_secret)
+		elog(ERROR, "the token secret of campaign " INT64_FORMAT " is not loaded", campaign_id);
 	if (ctx == NULL ||
 		pg_hmac_init(ctx, limits->token_secret, SK_TOKEN_SECRET_LEN) < 0 ||
 		pg_hmac_update(ctx, (uint8 *) msg, strlen(msg)) < 0 ||
@@ -75,8 +107,11 @@ seckill_token_verify(int64 campaign_id, const SeckillLimits *limits,
 	char		mac_hex[2 * MAC_LEN + 1];
 	uint64		exp;
 
+	/* strictly "<hex>-<16 hex>-<32 hex>": one spelling per token */
+	if (strspn(token, "0123456789abcdef") == 0)
+		return false;
 	exp = strtoull(token, &end, 16);
-	if (end == token || *end != '-' || exp > PG_INT64_MAX)
+	if (end != token + strspn(token, "0123456789abcdef") || *end != '-' || exp > PG_INT64_MAX)
 		return false;
 	dash = end + 1 + SK_NONCE_LEN;
 	if (strlen(end + 1) != SK_NONCE_LEN + 1 + 2 * MAC_LEN || *dash != '-' ||
@@ -123,6 +158,8 @@ seckill_token(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("no open campaign for goods \"%s\"", goods),
 				 errhint("Create one with seckill_campaign_create().")));
+	else
+		seckill_token_secret_load(info.id, &info.limits);
 	if (!pg_strong_random(random, sizeof(random)))
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),

@@ -394,9 +394,10 @@ purchase_cmp(const void *a, const void *b)
  * shard round the ring (lua/take.lua), all of them in one pipeline per step,
  * until one lends the stock or none is left.  Those served join accepted;
  * the others get their answer once their place in the home shard is given
- * back.  False when Redis failed (the replay then settles what was done).
+ * back.  When Redis fails, those still waiting for stock get an error, and
+ * the replay settles whatever was done.
  */
-static bool
+static void
 take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccepted,
 			   int64 *rebuild, int *nrebuild)
 {
@@ -435,7 +436,15 @@ take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccept
 			break;
 		r = sk_pipeline_exec(&p);
 		if (r == NULL)
-			return false;
+		{
+			needs_replay = true;
+			for (int i = 0; i < nsent; i++)
+			{
+				sk_reply_error(&pending[i].item->reply, SK_ERR_REDIS, "%s", sk_redis_error());
+				done[ndone++] = pending[i];
+			}
+			break;
+		}
 		for (int i = 0; i < nsent; i++)
 		{
 			SkOrder    *o = &pending[i].order;
@@ -466,15 +475,17 @@ take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccept
 		npending = nleft;
 	}
 
-	/* their place in the home shard goes, then they hear */
-	sk_pipeline_init(&p);
-	for (int i = 0; i < ndone; i++)
-		add_give_back(&p, &done[i].order, done[i].order.home, false);
-	if (ndone > 0 && sk_pipeline_exec(&p) == NULL)
-		needs_replay = true;
+	/* their place in the home shard goes (or the replay drops it), then they hear */
+	if (!needs_replay && ndone > 0)
+	{
+		sk_pipeline_init(&p);
+		for (int i = 0; i < ndone; i++)
+			add_give_back(&p, &done[i].order, done[i].order.home, false);
+		if (sk_pipeline_exec(&p) == NULL)
+			needs_replay = true;
+	}
 	for (int i = 0; i < ndone; i++)
 		answer(done[i].item);
-	return true;
 }
 
 static void
@@ -570,16 +581,8 @@ serve_purchases(RoundItem **items, int n)
 		if (reply->status == SK_OK || reply->status == SK_SOLD_OUT)
 			sk_note_stock(o->campaign_id, o->home, sk_reply_int(&r->element[1]));
 	}
-	if (npending > 0 &&
-		!take_elsewhere(pending, npending, accepted, &naccepted, rebuild, &nrebuild))
-	{
-		needs_replay = true;
-		for (int i = 0; i < npending; i++)
-		{
-			sk_reply_error(&pending[i].item->reply, SK_ERR_REDIS, "%s", sk_redis_error());
-			answer(pending[i].item);
-		}
-	}
+	if (npending > 0)
+		take_elsewhere(pending, npending, accepted, &naccepted, rebuild, &nrebuild);
 
 	if (naccepted > 0)
 	{
@@ -658,6 +661,37 @@ serve_admin(const SeckillRequest *request, SeckillReply *reply)
 static RoundItem *items = NULL;
 static RoundItem **buys = NULL;
 
+static void load_campaign_cache(void);
+
+/* The install_generation the campaign cache was loaded for. */
+static uint32 cache_generation = 0;
+
+/*
+ * The extension's SQL was installed or updated since the cache was loaded:
+ * load it again.  Until ALTER EXTENSION seckill UPDATE, requests fail with a
+ * hint; once the SQL matches, the journals are replayed.  True when the SQL
+ * matches.
+ */
+static bool
+sql_current(void)
+{
+	if (pg_atomic_read_u32(&seckill_shared->install_generation) != cache_generation)
+	{
+		cache_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
+		load_campaign_cache();
+		if (store_sql_outdated)
+			return false;
+	}
+	if (!store_sql_outdated)
+		return true;
+	load_campaign_cache();
+	if (store_sql_outdated)
+		return false;
+	needs_replay = true;
+	ereport(LOG, (errmsg("seckill worker found its SQL objects updated: serving again")));
+	return true;
+}
+
 static void
 serve_round(const int *slots, int n)
 {
@@ -677,6 +711,17 @@ serve_round(const int *slots, int n)
 			buys[nbuys++] = item;
 	}
 	pg_atomic_fetch_add_u64(&seckill_shared->counters.rounds, 1);
+	if (!sql_current())
+	{
+		for (int i = 0; i < nitems; i++)
+		{
+			sk_reply_error(&items[i].reply, SK_ERR_INVALID,
+						   "the seckill extension in database \"%s\" is older than its library (version " SECKILL_SQL_VERSION "): run ALTER EXTENSION seckill UPDATE there",
+						   seckill_database);
+			answer(&items[i]);
+		}
+		return;
+	}
 	if (nbuys > 0)
 		serve_purchases(buys, nbuys);
 
@@ -752,7 +797,7 @@ seckill_worker_main(Datum main_arg)
 	sk_redis_init();
 
 	MemoryContextSwitchTo(round_cxt);
-	seen_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
+	seen_generation = cache_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
 	load_campaign_cache();
 
 	seckill_shared->database_id = MyDatabaseId;
@@ -792,7 +837,9 @@ seckill_worker_main(Datum main_arg)
 			flush_settles();
 			continue;
 		}
-		/* retry Redis now and then while something waits for it */
-		sk_redis_wait_idle(needs_replay ? 1000 : -1);
+		/* retry Redis, or look for updated SQL, now and then */
+		if (store_sql_outdated)
+			(void) sql_current();
+		sk_redis_wait_idle(needs_replay || store_sql_outdated ? 1000 : -1);
 	}
 }

@@ -36,9 +36,9 @@ is "$(psql_val "SELECT seckill_preheat('$goods')")" 5 "preheat works as the ACL 
 is "$(psql_val "SELECT status FROM seckill_buy('alice', '$goods')")" ok "a purchase works as the ACL user"
 is "$(psql_val "SELECT status FROM seckill_buy('alice', '$goods')")" duplicate "and a duplicate"
 psql_val "SELECT seckill_campaign_set('$goods', '{\"user_rate\": 0.01, \"user_burst\": 1, \"token_required\": true}')" >/dev/null
-is "$(psql_val "SELECT status FROM seckill_buy('carol', '$goods', token => seckill_token('carol', '$goods'))")" ok \
+is "$(psql_val "SELECT status FROM seckill_buy('carol', '$goods', 1, seckill_token('carol', '$goods'))")" ok \
 	"a purchase with a token and a rate limit works as the ACL user"
-is "$(psql_val "SELECT status FROM seckill_buy('carol', '$goods', token => seckill_token('carol', '$goods'))")" rate_limited \
+is "$(psql_val "SELECT status FROM seckill_buy('carol', '$goods', 1, seckill_token('carol', '$goods'))")" rate_limited \
 	"and its rate limit"
 psql_val "SELECT seckill_campaign_set('$goods', '{\"user_rate\": null, \"token_required\": false}')" >/dev/null
 ok "seckill_redis_cli CLIENT LIST | grep -q 'user=seckill'" "the worker is connected as user seckill"

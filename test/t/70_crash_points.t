@@ -3,7 +3,9 @@
 # reserved, right after the commit, and right before waking the callers.
 # Each time the new worker must account for every reservation: the callers
 # that got an error learn their order's real fate from seckill_order(), the
-# journal is empty, and Redis and PostgreSQL agree.
+# journal is empty, and Redis and PostgreSQL agree.  Then again with a
+# campaign of 4 stock shards whose buyers all live in one of them, so that
+# the others lend their stock while the worker stops.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
@@ -11,47 +13,60 @@ set -uo pipefail
 . "$(dirname "$0")/sale.sh"
 
 log=$SECKILL_TMP/postgresql.log
-sale_begin "crash-$(date +%s)-$$" 2000
-goods=$SALE_GOODS
-cid=$SALE_CID
-
 count() { grep -c "$1" "$log" || true; }
 worker_up() { [ -n "$(seckill_worker_pid 2>/dev/null)" ]; }
 
-for point in after_reserve after_commit before_wake; do
-	seckill_configure "SET seckill.crash_point = '$point'"
-	ok "[ $? -eq 0 ]" "$point: set"
-	crashes=$(count "stops at crash point \"$point\"")
-	# 64 buyers at once (pgbench connects them all before the first call)
-	echo "SELECT try_buy('$point-' || :client_id, '$goods');" >"$SALE_WORK/crash.sql"
-	pgbench -n -c 64 -j 2 -t 1 -f "$SALE_WORK/crash.sql" >/dev/null 2>&1 &
-	crowd=$!
-	seckill_wait_for "[ \$(count 'stops at crash point \"$point\"') -gt $crashes ]" 15
-	ok "[ $? -eq 0 ]" "$point: the worker stopped there"
-	psql -XAtq -c "ALTER SYSTEM RESET seckill.crash_point" -c "SELECT pg_reload_conf()" >/dev/null
-	wait "$crowd"
-	seckill_wait_for worker_up 15
-	ok "[ $? -eq 0 ]" "$point: a new worker runs"
+# crash_sale stock shards: the three stops on one campaign, then sale_finish
+crash_sale() {
+	local goods cid tag
+	tag=$([ "$2" -gt 1 ] && echo "$2 shards, " || true)
+	sale_begin "crash-$2-$(date +%s)-$$" "$1" "$2"
+	goods=$SALE_GOODS
+	cid=$SALE_CID
+	# with shards, every buyer lives in shard 0: it runs empty at once and
+	# the other shards lend their stock through every stop
+	psql_val "DROP TABLE IF EXISTS crash_users; CREATE TABLE crash_users AS
+		SELECT p, row_number() OVER (PARTITION BY p ORDER BY i) - 1 AS n, p || '-' || i AS u
+		FROM unnest(ARRAY['after_reserve', 'after_commit', 'before_wake']) p, generate_series(1, 2000) i
+		WHERE (hashtext(p || '-' || i)::bigint & 4294967295) % $2 = 0" >/dev/null
+	for point in after_reserve after_commit before_wake; do
+		seckill_configure "SET seckill.crash_point = '$point'"
+		ok "[ $? -eq 0 ]" "$tag$point: set"
+		crashes=$(count "stops at crash point \"$point\"")
+		# 64 buyers at once (pgbench connects them all before the first call)
+		echo "SELECT try_buy(u, '$goods') FROM crash_users WHERE p = '$point' AND n = :client_id;" >"$SALE_WORK/crash.sql"
+		pgbench -n -c 64 -j 2 -t 1 -f "$SALE_WORK/crash.sql" >/dev/null 2>&1 &
+		crowd=$!
+		seckill_wait_for "[ \$(count 'stops at crash point \"$point\"') -gt $crashes ]" 15
+		ok "[ $? -eq 0 ]" "$tag$point: the worker stopped there"
+		psql -XAtq -c "ALTER SYSTEM RESET seckill.crash_point" -c "SELECT pg_reload_conf()" >/dev/null
+		wait "$crowd"
+		seckill_wait_for worker_up 15
+		ok "[ $? -eq 0 ]" "$tag$point: a new worker runs"
 
-	failed=$(psql_val "SELECT count(*) FROM stampede_answers WHERE user_id LIKE '$point-%' AND status = 'error'")
-	ok "[ $failed -gt 0 ]" "$point: $failed caller(s) got an error"
-	case $point in
-	after_reserve) fate=none ;;
-	*) fate=reserved ;;
-	esac
-	is "$(psql_val "SELECT count(*) FROM stampede_answers a, LATERAL seckill_order(a.user_id, '$goods') o
-		WHERE a.user_id LIKE '$point-%' AND a.status = 'error' AND o.status <> '$fate'")" 0 \
-		"$point: each of them learns the fate '$fate' from seckill_order()"
-	is "$(psql_val "SELECT count(*) FROM stampede_answers a WHERE a.user_id LIKE '$point-%' AND a.status = 'ok'
-		AND NOT EXISTS (SELECT 1 FROM seckill.orders o WHERE o.id = a.order_id)")" 0 \
-		"$point: every ok answer has its order"
-	is "$(psql_val "SELECT in_flight || ' ' || (redis_stock = pg_stock) FROM seckill_status('$goods')")" "0 true" \
-		"$point: the journal is empty and Redis' stock = total - sold"
-done
+		failed=$(psql_val "SELECT count(*) FROM stampede_answers WHERE user_id LIKE '$point-%' AND status = 'error'")
+		ok "[ $failed -gt 0 ]" "$tag$point: $failed caller(s) got an error"
+		case $point in
+		after_reserve) fate=none ;;
+		*) fate=reserved ;;
+		esac
+		is "$(psql_val "SELECT count(*) FROM stampede_answers a, LATERAL seckill_order(a.user_id, '$goods') o
+			WHERE a.user_id LIKE '$point-%' AND a.status = 'error' AND o.status <> '$fate'")" 0 \
+			"$tag$point: each of them learns the fate '$fate' from seckill_order()"
+		is "$(psql_val "SELECT count(*) FROM stampede_answers a WHERE a.user_id LIKE '$point-%' AND a.status = 'ok'
+			AND NOT EXISTS (SELECT 1 FROM seckill.orders o WHERE o.id = a.order_id)")" 0 \
+			"$tag$point: every ok answer has its order"
+		is "$(psql_val "SELECT in_flight || ' ' || (redis_stock = pg_stock) FROM seckill_status('$goods')")" "0 true" \
+			"$tag$point: the journal is empty and Redis' stock = total - sold"
+	done
 
-is "$(psql_val "SELECT count(*) FROM seckill.compensations c JOIN seckill.orders o ON o.id = c.request_id")" 0 \
-	"no reservation is both an order and a compensation"
-given_back=$(psql_val "SELECT count(*) FROM seckill.compensations WHERE campaign_id = $cid AND user_id LIKE 'after_reserve-%'")
-ok "[ $given_back -gt 0 ]" "the reservations made before the stop after_reserve were given back ($given_back, logged)"
-sale_finish
+	is "$(psql_val "SELECT count(*) FROM seckill.compensations c JOIN seckill.orders o ON o.id = c.request_id")" 0 \
+		"no reservation is both an order and a compensation"
+	given_back=$(psql_val "SELECT count(*) FROM seckill.compensations WHERE campaign_id = $cid AND user_id LIKE 'after_reserve-%'")
+	ok "[ $given_back -gt 0 ]" "the reservations made before the stop after_reserve were given back ($given_back, logged)"
+	sale_finish
+}
+
+crash_sale 2000 1
+crash_sale 200 4
 done_testing

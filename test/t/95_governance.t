@@ -117,15 +117,15 @@ is "$(psql_val "SELECT string_agg(DISTINCT status, ',') FROM stampede_answers")"
 oid=$(psql_val "SELECT order_id FROM stampede_answers WHERE status = 'ok' LIMIT 1")
 u=$(psql_val "SELECT user_id FROM stampede_answers WHERE order_id = $oid")
 psql_val "SELECT seckill_cancel($oid)" >/dev/null
-is "$(psql_val "SELECT status FROM tokens, seckill_buy(user_id, '$tk', token => token) WHERE user_id = '$u'")" \
+is "$(psql_val "SELECT status FROM tokens, seckill_buy(user_id, '$tk', 1, token) WHERE user_id = '$u'")" \
 	invalid_token "after a cancel, the spent token is still spent"
-is "$(psql_val "SELECT status FROM seckill_buy('$u', '$tk', token => seckill_token('$u', '$tk'))")" ok \
+is "$(psql_val "SELECT status FROM seckill_buy('$u', '$tk', 1, seckill_token('$u', '$tk'))")" ok \
 	"a fresh token buys again"
 psql_val "SELECT seckill_campaign_set('$tk', '{\"token_ttl\": \"1 second\"}')" >/dev/null
 expiring=$(psql_val "SELECT seckill_token('late', '$tk')")
 expiry="('x' || lpad('${expiring%%-*}', 16, '0'))::bit(64)::bigint"
 seckill_wait_for "[ \$(psql_val \"SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint > $expiry\") = t ]" 5
-is "$(psql_val "SELECT status FROM seckill_buy('late', '$tk', token => '$expiring')")" invalid_token \
+is "$(psql_val "SELECT status FROM seckill_buy('late', '$tk', 1, '$expiring')")" invalid_token \
 	"an expired token is refused"
 
 # --- admission control per campaign, with Redis stalled ---------------------
@@ -144,6 +144,9 @@ crowd=$!
 in_flight="SELECT in_flight FROM seckill.stats WHERE goods = '$ad'"
 seckill_wait_for "[ \$(psql_val \"$in_flight\") -ge 8 ]" 5
 ok "[ $? -eq 0 ]" "8 purchases wait on the stalled Redis"
+terminated=$(psql_val "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity
+	WHERE wait_event_type = 'Extension' AND query LIKE '%try_buy%' LIMIT 3) w")
+is "$terminated" 3 "3 of the waiting callers terminated"
 peak=0
 while kill -0 "$crowd" 2>/dev/null; do
 	n=$(psql_val "$in_flight")
@@ -164,7 +167,8 @@ is "$(psql_val "SELECT ok || ' ok, ' || busy || ' busy, ' || errors || ' errors,
 	FROM seckill.stats WHERE goods = '$ad'")" "$answered" "seckill.stats counted every answer the callers got"
 seckill_wait_for "[ \"\$(psql_val \"SELECT status FROM seckill_buy('after-stall', '$ad')\" 2>/dev/null)\" = ok ]" 10
 ok "[ $? -eq 0 ]" "Redis back: sales resume by themselves"
-is "$(psql_val "$in_flight")" 0 "nothing left in flight"
+is "$(psql_val "$in_flight") $(psql_val "SELECT in_flight FROM seckill.stats WHERE campaign_id IS NULL")" "0 0" \
+	"nothing left in flight, for the campaign and for all: the terminated callers took themselves off"
 diag "stats of all: $(psql -XAt -F' ' -c "SELECT 'calls', calls, 'p50/p95/p99 ms', call_p50_ms, call_p95_ms, call_p99_ms,
 	'redis p99 ms', redis_p99_ms, 'per round', round(purchases_per_round::numeric, 1) FROM seckill.stats WHERE campaign_id IS NULL")"
 

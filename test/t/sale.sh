@@ -4,7 +4,8 @@
 # reconcile, sell the rest to fresh buyers, check the invariants of
 # shared/DESIGN.md and print the figures.
 
-# sale_begin goods stock: the campaign, preheated; sets SALE_GOODS, SALE_STOCK, SALE_CID
+# sale_begin goods stock [shards]: the campaign, preheated; sets SALE_GOODS,
+# SALE_STOCK, SALE_CID
 sale_begin() {
 	SALE_GOODS=$1
 	SALE_STOCK=$2
@@ -13,6 +14,10 @@ sale_begin() {
 	psql -Xq -v ON_ERROR_STOP=1 -f "$SECKILL_ROOT/test/helpers.sql"
 	is "$(psql_val "SELECT seckill_campaign_create('$SALE_GOODS', $SALE_STOCK) > 0")" t \
 		"campaign of $SALE_STOCK created" || done_testing
+	if [ "${3:-1}" -gt 1 ]; then
+		is "$(psql_val "SELECT seckill_campaign_set('$SALE_GOODS', '{\"shards\": $3}')->>'shards'")" "$3" \
+			"its stock split into $3 shards" || done_testing
+	fi
 	is "$(psql_val "SELECT seckill_preheat('$SALE_GOODS')")" "$SALE_STOCK" "preheated" || done_testing
 	SALE_CID=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$SALE_GOODS'")
 }

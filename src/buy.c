@@ -207,17 +207,33 @@ in_flight_done(int code, Datum arg)
 		pg_atomic_fetch_sub_u32(&st->in_flight, 1);
 }
 
-/* The session's client address, as inet_client_addr() gives it; "" for none. */
+/*
+ * The client address of a purchase, for the campaign's addr_rate: the
+ * argument of the five-argument seckill_buy (NULL: none), else the
+ * session's, as inet_client_addr() gives it.  Only computed for a campaign
+ * that limits addresses: it costs a getnameinfo().
+ */
 static void
-session_client_addr(char *out, size_t len)
+client_addr(FunctionCallInfo fcinfo, char *out, size_t len)
 {
-	LOCAL_FCINFO(fc, 0);
 	Datum		addr;
 
-	InitFunctionCallInfoData(*fc, NULL, 0, InvalidOid, NULL, NULL);
-	addr = inet_client_addr(fc);
-	if (!fc->isnull)
-		strlcpy(out, DatumGetCString(DirectFunctionCall1(inet_out, addr)), len);
+	if (PG_NARGS() >= 5)
+	{
+		if (PG_ARGISNULL(4))
+			return;
+		addr = PG_GETARG_DATUM(4);
+	}
+	else
+	{
+		LOCAL_FCINFO(fc, 0);
+
+		InitFunctionCallInfoData(*fc, NULL, 0, InvalidOid, NULL, NULL);
+		addr = inet_client_addr(fc);
+		if (fc->isnull)
+			return;
+	}
+	strlcpy(out, DatumGetCString(DirectFunctionCall1(inet_out, addr)), len);
 }
 
 /*
@@ -225,7 +241,7 @@ session_client_addr(char *out, size_t len)
  * as it is known, so that the caller can count an error too.
  */
 static SeckillStatus
-buy(SeckillRequest *request, const char *goods, const char *token,
+buy(FunctionCallInfo fcinfo, SeckillRequest *request, const char *goods, const char *token,
 	TimestampTz now, volatile int *stats, int64 *order_id)
 {
 	SeckillCampaign cached;
@@ -275,6 +291,8 @@ buy(SeckillRequest *request, const char *goods, const char *token,
 	/* admission control: shed load at once rather than grow the queue */
 	if (seckill_max_queue > 0 && seckill_shared->queue_len >= (uint32) seckill_max_queue)
 		return SK_BUSY;
+	if (limits->addr_rate > 0)
+		client_addr(fcinfo, request->client_addr, sizeof(request->client_addr));
 	pg_atomic_fetch_add_u32(&seckill_shared->all.in_flight, 1);
 	in_flight = st ? pg_atomic_fetch_add_u32(&st->in_flight, 1) : 0;
 	if (limits->max_in_flight > 0 && in_flight >= (uint32) limits->max_in_flight)
@@ -326,23 +344,14 @@ seckill_buy(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("qty must be at least 1")));
 	/* seckill_buy(user_id, goods, qty) or (user_id, goods, qty, token, client_addr) */
-	if (PG_NARGS() < 5)
-		session_client_addr(request.client_addr, sizeof(request.client_addr));
-	else
-	{
-		if (!PG_ARGISNULL(3))
-			token = text_to_cstring(PG_GETARG_TEXT_PP(3));
-		if (!PG_ARGISNULL(4))
-			strlcpy(request.client_addr,
-					DatumGetCString(DirectFunctionCall1(inet_out, PG_GETARG_DATUM(4))),
-					sizeof(request.client_addr));
-	}
+	if (PG_NARGS() >= 5 && !PG_ARGISNULL(3))
+		token = text_to_cstring(PG_GETARG_TEXT_PP(3));
 	seckill_check_database();
 
 	start = GetCurrentTimestamp();
 	PG_TRY();
 	{
-		status = buy(&request, goods, token, start, &stats, &order_id);
+		status = buy(fcinfo, &request, goods, token, start, &stats, &order_id);
 	}
 	PG_CATCH();
 	{

@@ -10,6 +10,9 @@ DATA = $(wildcard sql/seckill--*.sql)
 REGRESS = $(filter-out seckill--%,$(basename $(notdir $(wildcard sql/*.sql))))
 # The worker serves one database (seckill.database, default postgres).
 REGRESS_OPTS = --inputdir=. --use-existing
+# Interleavings of the SQL callers' locks: specs/*.spec, expected/*.out.
+ISOLATION = $(basename $(notdir $(wildcard specs/*.spec)))
+ISOLATION_OPTS = --inputdir=. --use-existing
 
 LUA = $(wildcard lua/*.lua)
 EXTRA_CLEAN = src/lua_scripts.h

@@ -266,7 +266,33 @@ SELECT status FROM seckill_buy('after-restock', 'sharded');
 SELECT redis_stock, redis_buyers, sold_out_cached FROM seckill_status('sharded');
 SELECT seckill_close('sharded');
 
--- from 1.0 to 1.1: the campaigns keep their data and get token secrets;
+-- distributed locks for SQL callers: arguments, reentrancy, scopes, fencing
+SELECT seckill_lock(NULL);
+SELECT seckill_lock('');
+SELECT seckill_lock(repeat('n', 129));
+SELECT seckill_lock('job', '-1 second');
+SELECT seckill_lock('job', '0', '10 ms');
+SELECT seckill_lock('job', '2 days');
+SELECT seckill_lock('job') AS job_token \gset
+SELECT seckill_lock('job') = :job_token AS same_token;
+SELECT name, scope, depth, state, lease_left > '0' AS leased FROM seckill.locks;
+SELECT seckill_unlock('job');
+SELECT name, depth FROM seckill.locks;
+SELECT seckill_unlock('job');
+SELECT seckill_unlock('job');
+SELECT count(*) AS held FROM seckill.locks WHERE state = 'held';
+BEGIN;
+SELECT seckill_lock_xact('batch') > :job_token AS newer_token;
+SELECT seckill_unlock('batch');
+SELECT seckill_lock('batch');
+ROLLBACK;
+SELECT seckill_lock('batch', '5 seconds') IS NOT NULL AS free_after_rollback;
+SELECT seckill_unlock('batch');
+SELECT seckill_fence_check('job', 5), seckill_fence_check('job', 7), seckill_fence_check('job', 7);
+SELECT seckill_fence_check('job', 6);
+SELECT seckill_fence_check('job', NULL);
+
+-- from 1.0 to 1.2: the campaigns keep their data and get token secrets;
 -- the roles that could buy still can
 DROP EXTENSION seckill;
 CREATE EXTENSION seckill VERSION '1.0';

@@ -16,6 +16,7 @@
 #include "campaign_ops.h"
 
 #include "access/xlog.h"
+#include "locks.h"
 #include "miscadmin.h"
 #include "redis.h"
 #include "stats.h"
@@ -859,6 +860,16 @@ sk_serve_admin(const SeckillRequest *request, SeckillReply *reply)
 	if (request->kind == SK_REQ_CANCEL)
 	{
 		cancel_order(request->order_id, reply);
+		return;
+	}
+	if (request->kind == SK_REQ_LOCK)
+	{
+		sk_lock_acquire(request, reply);
+		return;
+	}
+	if (request->kind == SK_REQ_UNLOCK)
+	{
+		sk_lock_release(request, reply);
 		return;
 	}
 	if (campaign_lock(id, reply) == NULL)

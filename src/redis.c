@@ -32,6 +32,8 @@ static const char *const script_source[SK_NSCRIPTS] = {
 	[SK_SCRIPT_TAKE] = LUA_TAKE,
 	[SK_SCRIPT_LOCK] = LUA_LOCK,
 	[SK_SCRIPT_UNLOCK] = LUA_UNLOCK,
+	[SK_SCRIPT_ACQUIRE] = LUA_ACQUIRE,
+	[SK_SCRIPT_RENEW] = LUA_RENEW,
 };
 
 static redisContext *conn = NULL;

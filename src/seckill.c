@@ -12,6 +12,7 @@
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
+#include "locks.h"
 #include "shmem.h"
 #include "utils/guc.h"
 
@@ -31,6 +32,8 @@ int			seckill_batch_size = 1000;
 int			seckill_max_queue = 0;
 int			seckill_max_campaigns = 64;
 int			seckill_lock_lease = 30000;
+int			seckill_max_locks = 256;
+int			seckill_lock_max_hold = 3600 * 1000;
 int			seckill_crash_point = SK_CRASH_NONE;
 int			seckill_redis_unavailable = SK_UNAVAILABLE_ERROR;
 
@@ -149,6 +152,15 @@ define_gucs(void)
 	DefineCustomIntVariable("seckill.lock_lease",
 							"Lease of the Redis lock the worker holds over a campaign's admin work.",
 							NULL, &seckill_lock_lease, 30000, 100, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.max_locks",
+							"Most locks held at once for SQL callers (seckill_lock).",
+							NULL, &seckill_max_locks, 256, 1, 100000,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.lock_max_hold",
+							"Longest time the worker renews a SQL caller's lock; 0: no limit.",
+							"Past it the lease is no longer renewed and runs out.",
+							&seckill_lock_max_hold, 3600 * 1000, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomEnumVariable("seckill.redis_unavailable",
 							 "What purchases do while Redis cannot be reached: error, or database.",

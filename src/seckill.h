@@ -17,11 +17,13 @@
 #include "datatype/timestamp.h"
 
 /* The version of the extension's SQL objects this library works with. */
-#define SECKILL_SQL_VERSION "1.1"
+#define SECKILL_SQL_VERSION "1.2"
 
 /* Documented limits of ids, in bytes. */
 #define SECKILL_MAX_USER_LEN	128
 #define SECKILL_MAX_GOODS_LEN	64
+#define SK_LOCK_NAME_LEN		128
+#define SK_LOCK_OWNER_LEN		64	/* a lease's owner token */
 
 /* Outcomes of a request.  The first ones are business statuses of seckill_buy. */
 typedef enum SeckillStatus

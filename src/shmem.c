@@ -8,6 +8,7 @@
  */
 #include "shmem.h"
 
+#include "locks.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "stats.h"
@@ -35,6 +36,7 @@ seckill_shmem_size(void)
 	size = add_size(size, mul_size(seckill_max_campaigns, sizeof(SeckillStats)));
 	size = add_size(size, mul_size(MaxBackends, sizeof(SeckillSlot)));
 	size = add_size(size, mul_size(MaxBackends, sizeof(int)));
+	size = add_size(size, seckill_locks_shmem_size());
 	return size;
 }
 
@@ -44,7 +46,7 @@ seckill_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(seckill_shmem_size());
-	RequestNamedLWLockTranche("seckill", 2);
+	RequestNamedLWLockTranche("seckill", 3);
 }
 
 static void
@@ -66,6 +68,8 @@ seckill_shmem_startup(void)
 	seckill_slots = (SeckillSlot *) p;
 	p += MaxBackends * sizeof(SeckillSlot);
 	seckill_queue = (int *) p;
+	p += MaxBackends * sizeof(int);
+	seckill_locks_shmem_init(p, found);
 
 	if (!found)
 	{
@@ -74,7 +78,9 @@ seckill_shmem_startup(void)
 		memset(seckill_shared, 0, seckill_shmem_size());
 		seckill_shared->queue_lock = &locks[0].lock;
 		seckill_shared->campaigns_lock = &locks[1].lock;
+		seckill_shared->locks_lock = &locks[2].lock;
 		pg_atomic_init_u32(&seckill_shared->install_generation, 0);
+		pg_atomic_init_u32(&seckill_shared->locks_changed, 0);
 		pg_atomic_init_u64(&seckill_shared->counters.rounds, 0);
 		pg_atomic_init_u64(&seckill_shared->counters.purchases, 0);
 		pg_atomic_init_u64(&seckill_shared->counters.redis_round_trips, 0);
@@ -377,12 +383,16 @@ seckill_slot_take(int index, SeckillRequest *request, uint64 *seq)
 	return taken;
 }
 
-/* Worker: answer a taken request and wake its caller. */
-void
+/*
+ * Worker: answer a taken request and wake its caller.  False when the
+ * caller had given up: nobody reads the answer.
+ */
+bool
 seckill_slot_reply(int index, uint64 seq, const SeckillReply *reply)
 {
 	SeckillSlot *slot = &seckill_slots[index];
 	Latch	   *latch = NULL;
+	bool		delivered = false;
 
 	SpinLockAcquire(&slot->mutex);
 	if (slot->seq == seq)
@@ -391,6 +401,7 @@ seckill_slot_reply(int index, uint64 seq, const SeckillReply *reply)
 		{
 			slot->reply = *reply;
 			slot->state = SLOT_DONE;
+			delivered = true;
 		}
 		else if (slot->state == SLOT_ABANDONED)
 			slot->state = SLOT_FREE;
@@ -399,6 +410,7 @@ seckill_slot_reply(int index, uint64 seq, const SeckillReply *reply)
 	SpinLockRelease(&slot->mutex);
 	if (latch)
 		SetLatch(latch);
+	return delivered;
 }
 
 /*

@@ -33,6 +33,8 @@ typedef enum SeckillRequestKind
 	SK_REQ_RELEASE,				/* cancel the unpaid orders past the payment timeout */
 	SK_REQ_RESTOCK,				/* change total_stock by request.qty */
 	SK_REQ_LIMITS,				/* set the campaign's traffic limits to request.limits */
+	SK_REQ_LOCK,				/* take a lock for a SQL caller (request.lock) */
+	SK_REQ_UNLOCK,				/* release it */
 	SK_REQ_BARRIER				/* answered once every earlier request is settled */
 } SeckillRequestKind;
 
@@ -71,6 +73,15 @@ typedef struct SeckillRequest
 	int64		token_expiry;	/* its expiry, microseconds since the Unix epoch */
 	int32		shards;			/* the campaign's stock shards */
 	SeckillLimits limits;		/* for SK_REQ_LIMITS */
+	struct
+	{
+		char		name[SK_LOCK_NAME_LEN + 1];
+		char		owner[SK_LOCK_OWNER_LEN];
+		int			pid;		/* the owner backend's */
+		int32		lease_ms;
+		bool		xact;
+		bool		watchdog;
+	}			lock;			/* for SK_REQ_LOCK and SK_REQ_UNLOCK */
 } SeckillRequest;
 
 typedef struct SeckillSlot
@@ -145,9 +156,11 @@ typedef struct SeckillShared
 {
 	LWLock	   *queue_lock;		/* guards the queue */
 	LWLock	   *campaigns_lock; /* guards the campaign cache */
+	LWLock	   *locks_lock;		/* guards seckill_locks */
 	Latch	   *worker_latch;	/* NULL while no worker serves requests */
 	Oid			database_id;	/* the database the worker serves */
 	pg_atomic_uint32 install_generation;	/* bumped by each CREATE EXTENSION */
+	pg_atomic_uint32 locks_changed;	/* a lock was taken or handed back: the keeper looks */
 	bool		sales_from_database;	/* Redis unreachable: selling from PostgreSQL alone */
 	uint32		queue_head;		/* next entry to take */
 	uint32		queue_len;		/* entries queued */
@@ -179,7 +192,7 @@ extern bool seckill_campaign_lookup(const char *goods, SeckillCampaign *out);
 /* worker */
 extern int	seckill_queue_drain(int *slots, int max);
 extern bool seckill_slot_take(int slot, SeckillRequest *request, uint64 *seq);
-extern void seckill_slot_reply(int slot, uint64 seq, const SeckillReply *reply);
+extern bool seckill_slot_reply(int slot, uint64 seq, const SeckillReply *reply);
 extern void seckill_fail_taken_slots(const char *why);
 extern SeckillCampaign *seckill_campaign_find(int64 id);
 extern bool seckill_campaign_has_room(int64 id);

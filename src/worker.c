@@ -16,6 +16,7 @@
 
 #include "access/xact.h"
 #include "campaign_ops.h"
+#include "locks.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -64,6 +65,9 @@ static SkOrder *settled = NULL;	/* .home: the shard whose journal holds it */
 static int	nsettled = 0;
 static int	max_settled = 0;
 
+/* When the locks' watchdog is next due (lock_keeper.c). */
+static TimestampTz keeper_due = 0;
+
 /* The install_generation our order ids belong to. */
 static uint32 seen_generation = 0;
 
@@ -108,10 +112,10 @@ redis_ready(void)
 	return true;
 }
 
-static void
+static bool
 answer(RoundItem *item)
 {
-	seckill_slot_reply(item->slot, item->seq, &item->reply);
+	return seckill_slot_reply(item->slot, item->seq, &item->reply);
 }
 
 static void
@@ -745,7 +749,9 @@ serve_round(const int *slots, int n)
 			continue;
 		}
 		serve_admin(&items[i].request, &items[i].reply);
-		answer(&items[i]);
+		if (!answer(&items[i]) && items[i].request.kind == SK_REQ_LOCK &&
+			items[i].reply.status == SK_OK)
+			sk_lock_abandoned(items[i].request.lock.owner);
 	}
 }
 
@@ -807,6 +813,7 @@ seckill_worker_main(Datum main_arg)
 	for (;;)
 	{
 		int			n;
+		long		due;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -821,6 +828,14 @@ seckill_worker_main(Datum main_arg)
 
 		if (needs_replay)
 			(void) redis_ready();
+
+		/* the locks' watchdog, also while rounds keep the worker busy */
+		if (GetCurrentTimestamp() >= keeper_due ||
+			pg_atomic_exchange_u32(&seckill_shared->locks_changed, 0) != 0)
+		{
+			due = redis_ready() ? sk_lock_keeper_tick() : 1000;
+			keeper_due = due < 0 ? DT_NOEND : TimestampTzPlusMilliseconds(GetCurrentTimestamp(), due);
+		}
 
 		n = seckill_queue_drain(slots, Min(seckill_batch_size, MaxBackends));
 		if (n > 0)
@@ -837,9 +852,14 @@ seckill_worker_main(Datum main_arg)
 			flush_settles();
 			continue;
 		}
-		/* retry Redis, or look for updated SQL, now and then */
+		/* retry Redis, or look for updated SQL, now and then; renew leases when due */
 		if (store_sql_outdated)
 			(void) sql_current();
-		sk_redis_wait_idle(needs_replay || store_sql_outdated ? 1000 : -1);
+		due = -1;
+		if (keeper_due != DT_NOEND)
+			due = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), keeper_due) + 1;
+		if (needs_replay || store_sql_outdated)
+			due = due < 0 ? 1000 : Min(due, 1000);
+		sk_redis_wait_idle(due);
 	}
 }

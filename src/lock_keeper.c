@@ -1,0 +1,250 @@
+/*-------------------------------------------------------------------------
+ *
+ * lock_keeper.c
+ *		The worker's side of the SQL callers' locks: it takes and releases
+ *		their leases in Redis, renews them while their owners live (the
+ *		watchdog), and releases those whose owner is done or gone.
+ *
+ * Renewals and releases of all locks due go in one pipeline.  A renewal
+ * that finds the lease no longer its owner's (it ran out during a stall,
+ * Redis lost it) marks the lock lost: the owner hears it at unlock, and the
+ * writes the lock protects are refused by seckill_fence_check() once a later
+ * holder has written.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "locks.h"
+
+#include "campaign_ops.h"
+#include "redis.h"
+#include "storage/procarray.h"
+#include "utils/timestamp.h"
+
+static char *
+lock_key(const char *name)
+{
+	return psprintf("%s:{lock:%s}", seckill_redis_prefix, name);
+}
+
+static SeckillLockEntry *
+entry_of(const char *owner)
+{
+	for (int i = 0; i < seckill_max_locks; i++)
+		if (seckill_locks[i].state != LOCK_FREE && strcmp(seckill_locks[i].owner, owner) == 0)
+			return &seckill_locks[i];
+	return NULL;
+}
+
+/* Take the lease for the request's owner; SK_BUSY when someone else holds it. */
+void
+sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
+{
+	SkPipeline	p;
+	SkReply    *r;
+	const char *key = lock_key(request->lock.name);
+	const char *args[2] = {request->lock.owner, psprintf("%d", request->lock.lease_ms)};
+	TimestampTz sent = GetCurrentTimestamp();
+	SeckillLockEntry *e = NULL;
+
+	sk_pipeline_init(&p);
+	sk_pipeline_script(&p, SK_SCRIPT_ACQUIRE, 1, &key, 2, args);
+	r = sk_pipeline_exec(&p);
+	if (r == NULL)
+	{
+		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		return;
+	}
+	if (sk_reply_is_error(&r[0]))
+	{
+		sk_reply_error(reply, SK_ERR_REDIS_REFUSED, "taking lock \"%s\": %s", request->lock.name, r[0].str);
+		return;
+	}
+	if (sk_reply_int(&r[0]) != 1)
+	{
+		reply->status = SK_BUSY;
+		return;
+	}
+
+	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	if (entry_of(request->lock.owner) == NULL)
+		for (int i = 0; e == NULL && i < seckill_max_locks; i++)
+			if (seckill_locks[i].state == LOCK_FREE)
+				e = &seckill_locks[i];
+	if (e != NULL)
+	{
+		memset(e, 0, sizeof(SeckillLockEntry));
+		e->state = LOCK_HELD;
+		strlcpy(e->name, request->lock.name, sizeof(e->name));
+		strlcpy(e->owner, request->lock.owner, sizeof(e->owner));
+		e->owner_pid = request->lock.pid;
+		e->xact = request->lock.xact;
+		e->watchdog = request->lock.watchdog;
+		e->depth = 1;
+		e->lease_ms = request->lock.lease_ms;
+		e->acquired_at = e->renewed_at = sent;
+	}
+	LWLockRelease(seckill_shared->locks_lock);
+	if (e == NULL)
+	{
+		SeckillRequest undo = *request;
+		SeckillReply ignored = {0};
+
+		sk_lock_release(&undo, &ignored);
+		sk_reply_error(reply, SK_ERR_INVALID,
+					   "too many seckill locks held: seckill.max_locks is %d; raise it and restart the server",
+					   seckill_max_locks);
+		reply->sqlerrcode = ERRCODE_PROGRAM_LIMIT_EXCEEDED;
+		return;
+	}
+	pg_atomic_write_u32(&seckill_shared->locks_changed, 1);
+	reply->status = SK_OK;
+}
+
+/*
+ * Release the lease for the request's owner and forget the lock;
+ * reply->values[0] is 1 when the lease was still the owner's.
+ */
+void
+sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
+{
+	SkPipeline	p;
+	SkReply    *r;
+	const char *key = lock_key(request->lock.name);
+	const char *owner = request->lock.owner;
+	SeckillLockEntry *e;
+
+	sk_pipeline_init(&p);
+	sk_pipeline_script(&p, SK_SCRIPT_UNLOCK, 1, &key, 1, &owner);
+	r = sk_pipeline_exec(&p);
+	if (r == NULL || sk_reply_is_error(&r[0]))
+	{
+		/* the keeper tries again; until then the lease may run out */
+		LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+		e = entry_of(owner);
+		if (e != NULL)
+			e->state = LOCK_RELEASE;
+		LWLockRelease(seckill_shared->locks_lock);
+		pg_atomic_write_u32(&seckill_shared->locks_changed, 1);
+		sk_reply_error(reply, r ? SK_ERR_REDIS_REFUSED : SK_ERR_REDIS, "releasing lock \"%s\": %s",
+					   request->lock.name, r ? r[0].str : sk_redis_error());
+		return;
+	}
+	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	e = entry_of(owner);
+	if (e != NULL)
+		e->state = LOCK_FREE;
+	LWLockRelease(seckill_shared->locks_lock);
+	reply->status = SK_OK;
+	reply->values[0] = sk_reply_int(&r[0]);
+}
+
+/* The caller of a lock request gave up before its answer: release the lock. */
+void
+sk_lock_abandoned(const char *owner)
+{
+	SeckillLockEntry *e;
+
+	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	e = entry_of(owner);
+	if (e != NULL && e->state == LOCK_HELD)
+		e->state = LOCK_RELEASE;
+	LWLockRelease(seckill_shared->locks_lock);
+	pg_atomic_write_u32(&seckill_shared->locks_changed, 1);
+}
+
+/* Work the keeper found due, copied out of the table. */
+typedef struct KeeperJob
+{
+	char		name[SK_LOCK_NAME_LEN + 1];
+	char		owner[SK_LOCK_OWNER_LEN];
+	int32		lease_ms;
+	bool		release;
+} KeeperJob;
+
+/*
+ * Renew the watchdog leases due (a third of their lease after the last
+ * renewal, within seckill.lock_max_hold) and release the locks whose owner
+ * is done or gone, in one pipeline.  Returns the milliseconds until the next
+ * renewal is due, or -1 when none is.
+ */
+long
+sk_lock_keeper_tick(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	KeeperJob  *jobs = palloc(sizeof(KeeperJob) * seckill_max_locks);
+	int			njobs = 0;
+	long		next = -1;
+	SkPipeline	p;
+	SkReply    *r;
+
+	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	for (int i = 0; i < seckill_max_locks; i++)
+	{
+		SeckillLockEntry *e = &seckill_locks[i];
+		TimestampTz due;
+		bool		release;
+
+		if (e->state == LOCK_FREE)
+			continue;
+		release = e->state == LOCK_RELEASE || BackendPidGetProc(e->owner_pid) == NULL;
+		if (!release && (e->state != LOCK_HELD || !e->watchdog ||
+						 (seckill_lock_max_hold > 0 &&
+						  now >= TimestampTzPlusMilliseconds(e->acquired_at, seckill_lock_max_hold))))
+			continue;
+		due = TimestampTzPlusMilliseconds(e->renewed_at, e->lease_ms / 3);
+		if (!release && now < due)
+		{
+			long		ms = TimestampDifferenceMilliseconds(now, due) + 1;
+
+			next = next < 0 ? ms : Min(next, ms);
+			continue;
+		}
+		strlcpy(jobs[njobs].name, e->name, sizeof(jobs[njobs].name));
+		strlcpy(jobs[njobs].owner, e->owner, sizeof(jobs[njobs].owner));
+		jobs[njobs].lease_ms = e->lease_ms;
+		jobs[njobs].release = release;
+		njobs++;
+	}
+	LWLockRelease(seckill_shared->locks_lock);
+	if (njobs == 0)
+		return next;
+
+	sk_pipeline_init(&p);
+	for (int i = 0; i < njobs; i++)
+	{
+		const char *key = lock_key(jobs[i].name);
+		const char *args[2] = {jobs[i].owner, psprintf("%d", jobs[i].lease_ms)};
+
+		sk_pipeline_script(&p, jobs[i].release ? SK_SCRIPT_UNLOCK : SK_SCRIPT_RENEW, 1, &key,
+						   jobs[i].release ? 1 : 2, args);
+	}
+	r = sk_pipeline_exec(&p);
+	if (r == NULL)
+		return 1000;			/* Redis is away: try again soon */
+
+	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	for (int i = 0; i < njobs; i++)
+	{
+		SeckillLockEntry *e = entry_of(jobs[i].owner);
+
+		if (e == NULL || sk_reply_is_error(&r[i]))
+			continue;
+		if (jobs[i].release)
+			e->state = LOCK_FREE;
+		else if (sk_reply_int(&r[i]) == 1)
+		{
+			e->renewed_at = now;
+			e->renewals++;
+			next = next < 0 ? e->lease_ms / 3 : Min(next, e->lease_ms / 3);
+		}
+		else if (e->state == LOCK_HELD)
+		{
+			e->state = LOCK_LOST;
+			ereport(LOG,
+					(errmsg("seckill lost lock \"%s\" of backend %d: its lease was gone when the worker renewed it",
+							e->name, e->owner_pid)));
+		}
+	}
+	LWLockRelease(seckill_shared->locks_lock);
+	return next;
+}

@@ -1,0 +1,393 @@
+/*-------------------------------------------------------------------------
+ *
+ * locks.c
+ *		The SQL callers' side of the distributed locks: seckill_lock,
+ *		seckill_lock_xact, seckill_unlock, and the seckill.locks view.
+ *
+ * A lock taken again by the session that holds it is counted, not taken
+ * again: it is freed after as many unlocks.  A transaction-scoped lock is
+ * released when its transaction ends, and every lock of a session when the
+ * session ends; the worker does the releasing (locks.h).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "locks.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "backend.h"
+#include "catalog/namespace.h"
+#include "commands/sequence.h"
+#include "common/pg_prng.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/ipc.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(seckill_lock);
+PG_FUNCTION_INFO_V1(seckill_lock_xact);
+PG_FUNCTION_INFO_V1(seckill_unlock);
+PG_FUNCTION_INFO_V1(seckill_locks_rows);
+
+SeckillLockEntry *seckill_locks = NULL;
+
+static bool callbacks_registered = false;
+static uint32 acquisitions = 0;
+
+Size
+seckill_locks_shmem_size(void)
+{
+	return mul_size(seckill_max_locks, sizeof(SeckillLockEntry));
+}
+
+/* The table starts zeroed with the rest of seckill's shared memory: all free. */
+void
+seckill_locks_shmem_init(char *base, bool found)
+{
+	seckill_locks = (SeckillLockEntry *) base;
+}
+
+/* This session's lock of that name and scope; under locks_lock. */
+static SeckillLockEntry *
+own_lock(const char *name, bool xact)
+{
+	for (int i = 0; i < seckill_max_locks; i++)
+	{
+		SeckillLockEntry *e = &seckill_locks[i];
+
+		if ((e->state == LOCK_HELD || e->state == LOCK_LOST) && e->owner_pid == MyProcPid &&
+			e->xact == xact && strcmp(e->name, name) == 0)
+			return e;
+	}
+	return NULL;
+}
+
+/* Hand this session's locks (those of a transaction, or all) to the worker to release. */
+static void
+release_own(bool xact_only)
+{
+	bool		any = false;
+
+	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	for (int i = 0; i < seckill_max_locks; i++)
+	{
+		SeckillLockEntry *e = &seckill_locks[i];
+
+		if ((e->state == LOCK_HELD || e->state == LOCK_LOST) && e->owner_pid == MyProcPid &&
+			(e->xact || !xact_only))
+		{
+			e->state = LOCK_RELEASE;
+			any = true;
+		}
+	}
+	LWLockRelease(seckill_shared->locks_lock);
+	if (any)
+	{
+		pg_atomic_write_u32(&seckill_shared->locks_changed, 1);
+		if (seckill_shared->worker_latch)
+			SetLatch(seckill_shared->worker_latch);
+	}
+}
+
+static void
+xact_end(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			release_own(true);
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+session_end(int code, Datum arg)
+{
+	release_own(false);
+}
+
+/* Milliseconds of an interval argument; NULL gives dflt. */
+static long
+interval_ms_arg(FunctionCallInfo fcinfo, int argno, const char *name, long dflt)
+{
+	Interval   *iv;
+	int64		usec;
+
+	if (PG_ARGISNULL(argno))
+		return dflt;
+	iv = PG_GETARG_INTERVAL_P(argno);
+	usec = iv->time + (int64) iv->day * USECS_PER_DAY + (int64) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
+	if (usec < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be negative", name)));
+	if (usec > (int64) 24 * 3600 * USECS_PER_SEC)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be at most one day", name)));
+	return (long) (usec / 1000);
+}
+
+/* A fencing token: the next value of seckill.fence_tokens, which only grows. */
+static int64
+mint_token(void)
+{
+	Oid			nsp = get_namespace_oid("seckill", false);
+	Oid			seq = get_relname_relid("fence_tokens", nsp);
+
+	if (!OidIsValid(seq))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("seckill.fence_tokens does not exist"),
+				 errhint("Run ALTER EXTENSION seckill UPDATE.")));
+	/* the caller needs no grant on the sequence: tokens are seckill's to give */
+	return nextval_internal(seq, false);
+}
+
+static Datum
+lock_common(FunctionCallInfo fcinfo, bool xact)
+{
+	char	   *name = seckill_id_arg(fcinfo, 0, "name", SK_LOCK_NAME_LEN);
+	long		wait_ms = interval_ms_arg(fcinfo, 1, "wait", 0);
+	long		lease_ms = interval_ms_arg(fcinfo, 2, "lease", seckill_lock_lease);
+	SeckillLockEntry *e;
+	SeckillRequest request;
+	TimestampTz deadline;
+	long		backoff = 5;
+	int64		token = 0;
+
+	if (!PG_ARGISNULL(2) && lease_ms < 100)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease must be at least 100 ms"),
+				 errhint("Pass NULL to have the worker renew the lease while the lock is held.")));
+	seckill_check_database();
+	if (!callbacks_registered)
+	{
+		seckill_backend_prepare();
+		before_shmem_exit(session_end, 0);
+		RegisterXactCallback(xact_end, NULL);
+		callbacks_registered = true;
+	}
+
+	/* taken again by its holder: counted */
+	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	e = own_lock(name, xact);
+	if (e != NULL && e->state == LOCK_HELD)
+	{
+		e->depth++;
+		token = e->token;
+	}
+	else if (own_lock(name, !xact) != NULL)
+	{
+		LWLockRelease(seckill_shared->locks_lock);
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("this session holds lock \"%s\" with %s scope", name,
+						xact ? "session" : "transaction"),
+				 errhint("Take it again with the same function, %s.",
+						 xact ? "seckill_lock()" : "seckill_lock_xact()")));
+	}
+	LWLockRelease(seckill_shared->locks_lock);
+	if (token != 0)
+		PG_RETURN_INT64(token);
+
+	memset(&request, 0, sizeof(request));
+	request.kind = SK_REQ_LOCK;
+	strlcpy(request.lock.name, name, sizeof(request.lock.name));
+	snprintf(request.lock.owner, sizeof(request.lock.owner), UINT64_FORMAT ":%d:" INT64_FORMAT ":%u",
+			 GetSystemIdentifier(), MyProcPid, (int64) MyStartTimestamp, ++acquisitions);
+	request.lock.pid = MyProcPid;
+	request.lock.lease_ms = (int32) lease_ms;
+	request.lock.xact = xact;
+	request.lock.watchdog = PG_ARGISNULL(2);
+
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms);
+	for (;;)
+	{
+		SeckillReply reply;
+		long		left;
+
+		PG_TRY();
+		{
+			reply = seckill_request_checked(&request);
+		}
+		PG_CATCH();
+		{
+			/*
+			 * The worker may have taken the lease for a caller that is gone:
+			 * give it back, or the worker does when its answer finds nobody.
+			 */
+			LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+			for (int i = 0; i < seckill_max_locks; i++)
+				if (seckill_locks[i].state == LOCK_HELD &&
+					strcmp(seckill_locks[i].owner, request.lock.owner) == 0)
+					seckill_locks[i].state = LOCK_RELEASE;
+			LWLockRelease(seckill_shared->locks_lock);
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
+		if (reply.status == SK_OK)
+			break;
+		/* held by someone else: ask again after a jittered backoff, until the deadline */
+		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		if (left <= 0)
+			PG_RETURN_NULL();
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(left, backoff / 2 + (long) pg_prng_uint64_range(&pg_global_prng_state, 0, backoff / 2)),
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		backoff = Min(backoff * 2, 100);
+	}
+
+	/*
+	 * The token comes after the acquisition, so that tokens grow in the
+	 * order the lock was held (a token taken before waiting could be older
+	 * than that of a session that got the lock first).
+	 */
+	token = mint_token();
+	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	for (int i = 0; i < seckill_max_locks; i++)
+		if (seckill_locks[i].state != LOCK_FREE &&
+			strcmp(seckill_locks[i].owner, request.lock.owner) == 0)
+			seckill_locks[i].token = token;
+	LWLockRelease(seckill_shared->locks_lock);
+	PG_RETURN_INT64(token);
+}
+
+/*
+ * seckill_lock(name text, wait interval DEFAULT '0', lease interval DEFAULT NULL)
+ *		RETURNS bigint: the fencing token, or NULL when not acquired within wait
+ */
+Datum
+seckill_lock(PG_FUNCTION_ARGS)
+{
+	return lock_common(fcinfo, false);
+}
+
+/* seckill_lock_xact(...): the same, released at the end of the transaction */
+Datum
+seckill_lock_xact(PG_FUNCTION_ARGS)
+{
+	return lock_common(fcinfo, true);
+}
+
+/*
+ * seckill_unlock(name text) RETURNS boolean: true when released (or held
+ * fewer times); false, with a WARNING, when this session did not hold it
+ * or its lease had run out meanwhile.
+ */
+Datum
+seckill_unlock(PG_FUNCTION_ARGS)
+{
+	char	   *name = seckill_id_arg(fcinfo, 0, "name", SK_LOCK_NAME_LEN);
+	SeckillLockEntry *e;
+	SeckillRequest request;
+	SeckillReply reply;
+	bool		xact_held;
+
+	seckill_check_database();
+	memset(&request, 0, sizeof(request));
+	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	e = own_lock(name, false);
+	xact_held = own_lock(name, true) != NULL;
+	if (e != NULL && e->state == LOCK_HELD && e->depth > 1)
+	{
+		e->depth--;
+		LWLockRelease(seckill_shared->locks_lock);
+		PG_RETURN_BOOL(true);
+	}
+	if (e != NULL)
+	{
+		request.kind = SK_REQ_UNLOCK;
+		strlcpy(request.lock.name, e->name, sizeof(request.lock.name));
+		strlcpy(request.lock.owner, e->owner, sizeof(request.lock.owner));
+	}
+	LWLockRelease(seckill_shared->locks_lock);
+	if (e == NULL)
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("this session does not hold lock \"%s\"", name),
+				 xact_held ? errhint("A lock taken with seckill_lock_xact() is released at the end of its transaction.") : 0));
+		PG_RETURN_BOOL(false);
+	}
+	reply = seckill_request_checked(&request);
+	if (reply.values[0] != 1)
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("the lease of lock \"%s\" had run out before it was released", name),
+				 errdetail("Another session may have held the lock meanwhile; writes it protects are safe only behind seckill_fence_check()."),
+				 errhint("Give the lock a longer lease, or pass NULL for the worker to renew it.")));
+		PG_RETURN_BOOL(false);
+	}
+	PG_RETURN_BOOL(true);
+}
+
+static const char *
+state_name(SeckillLockState s)
+{
+	switch (s)
+	{
+		case LOCK_HELD:
+			return "held";
+		case LOCK_RELEASE:
+			return "releasing";
+		case LOCK_LOST:
+			return "lost";
+		default:
+			return "free";
+	}
+}
+
+/*
+ * seckill.locks_rows() RETURNS SETOF (name, owner_pid, scope, token, depth,
+ *		state, acquired_at, lease_left, renewals): the locks the worker holds
+ *		for SQL callers.
+ */
+Datum
+seckill_locks_rows(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TimestampTz now = GetCurrentTimestamp();
+
+	seckill_check_database();
+	InitMaterializedSRF(fcinfo, 0);
+	LWLockAcquire(seckill_shared->locks_lock, LW_SHARED);
+	for (int i = 0; i < seckill_max_locks; i++)
+	{
+		SeckillLockEntry *e = &seckill_locks[i];
+		Datum		values[9];
+		bool		nulls[9] = {0};
+		Interval   *left = palloc0(sizeof(Interval));
+		TimestampTz ends;
+
+		if (e->state == LOCK_FREE)
+			continue;
+		ends = TimestampTzPlusMilliseconds(e->renewed_at, e->lease_ms);
+		left->time = Max(ends - now, 0);
+		values[0] = CStringGetTextDatum(e->name);
+		values[1] = Int32GetDatum(e->owner_pid);
+		values[2] = CStringGetTextDatum(e->xact ? "transaction" : "session");
+		values[3] = Int64GetDatum(e->token);
+		values[4] = Int32GetDatum(e->depth);
+		values[5] = CStringGetTextDatum(state_name(e->state));
+		values[6] = TimestampTzGetDatum(e->acquired_at);
+		values[7] = IntervalPGetDatum(left);
+		values[8] = Int32GetDatum(e->renewals);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	LWLockRelease(seckill_shared->locks_lock);
+	return (Datum) 0;
+}

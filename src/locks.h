@@ -1,0 +1,60 @@
+/*-------------------------------------------------------------------------
+ *
+ * locks.h
+ *		Distributed locks for SQL callers: leases in Redis with an owner
+ *		token per acquisition, held and renewed by the worker, recorded in
+ *		a shared table so that every backend and the worker see them.
+ *
+ * A backend asks the worker to take a lease (lua/acquire.lua) and, while it
+ * waits, asks again with a jittered backoff.  The worker records the lock
+ * in the shared table, renews it (lua/renew.lua) every third of its lease
+ * while its owner lives, unless the caller gave an explicit lease, and
+ * releases it (lua/unlock.lua, owner only) when the owner unlocks, ends
+ * its transaction (xact locks) or exits.  Each acquisition gets a fencing
+ * token from a PostgreSQL sequence, which only grows.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SECKILL_LOCKS_H
+#define SECKILL_LOCKS_H
+
+#include "shmem.h"
+
+typedef enum SeckillLockState
+{
+	LOCK_FREE,
+	LOCK_HELD,
+	LOCK_RELEASE,				/* its owner is done with it: the worker releases it */
+	LOCK_LOST					/* a renewal found the lease gone */
+} SeckillLockState;
+
+typedef struct SeckillLockEntry
+{
+	SeckillLockState state;
+	char		name[SK_LOCK_NAME_LEN + 1];
+	char		owner[SK_LOCK_OWNER_LEN];	/* the lease's value in Redis */
+	int			owner_pid;
+	bool		xact;			/* released at the end of its transaction */
+	bool		watchdog;		/* renewed by the worker */
+	int32		depth;			/* times taken by its owner, less the unlocks */
+	int64		token;			/* fencing token */
+	int32		lease_ms;
+	TimestampTz acquired_at;
+	TimestampTz renewed_at;		/* the lease runs from here */
+	int32		renewals;
+} SeckillLockEntry;
+
+extern SeckillLockEntry *seckill_locks;
+extern int	seckill_max_locks;
+extern int	seckill_lock_max_hold;
+
+extern Size seckill_locks_shmem_size(void);
+extern void seckill_locks_shmem_init(char *base, bool found);
+
+/* worker (lock_keeper.c) */
+extern void sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply);
+extern void sk_lock_release(const SeckillRequest *request, SeckillReply *reply);
+extern void sk_lock_abandoned(const char *owner);
+extern long sk_lock_keeper_tick(void);
+
+#endif							/* SECKILL_LOCKS_H */

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Distributed locks for SQL callers, with real sessions and real faults:
+# mutual exclusion under 32 sessions, bounded waits, release when a session
+# ends, the watchdog renewing leases, a holder stalled past its lease whose
+# late write the fencing check refuses, a holder killed with SIGKILL, and
+# Redis restarted empty under a held lock.
+set -uo pipefail
+# shellcheck source=test/t/tap.sh
+. "$(dirname "$0")/tap.sh"
+
+work=$(mktemp -d)
+chmod 755 "$work"
+stopped=
+trap '[ -n "$stopped" ] && kill -CONT "$stopped" 2>/dev/null; rm -rf "$work"' EXIT
+
+psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
+psql_val "DROP TABLE IF EXISTS lock_counter, lock_writes;
+	CREATE TABLE lock_counter (n int NOT NULL); INSERT INTO lock_counter VALUES (0);
+	CREATE TABLE lock_writes (name text, token bigint, written_at timestamptz DEFAULT clock_timestamp())" >/dev/null
+now_ms() { date +%s%3N; }
+lock_state() { psql_val "SELECT coalesce(string_agg(state, ','), 'none') FROM seckill.locks WHERE name = '$1'"; }
+
+# --- mutual exclusion: a read-modify-write in separate statements -----------
+cat >"$work/unlocked.sql" <<'SQL'
+SELECT n FROM lock_counter \gset
+UPDATE lock_counter SET n = :n + 1;
+SQL
+cat >"$work/locked.sql" <<'SQL'
+SELECT seckill_lock('counter', '30 s') AS t \gset
+SELECT n FROM lock_counter \gset
+UPDATE lock_counter SET n = :n + 1 WHERE seckill_fence_check('counter', :t) = :t;
+SELECT seckill_unlock('counter');
+SQL
+pgbench -n -c 32 -j 2 -t 40 -f "$work/unlocked.sql" >"$work/unlocked.out" 2>&1
+lost=$((1280 - $(psql_val "SELECT n FROM lock_counter")))
+ok "[ $lost -gt 0 ]" "without the lock, 32 sessions lose updates of the counter ($lost of 1,280 lost)"
+psql_val "UPDATE lock_counter SET n = 0" >/dev/null
+t0=$(now_ms)
+pgbench -n -c 32 -j 2 -t 40 -f "$work/locked.sql" >"$work/locked.out" 2>&1
+ok "[ $? -eq 0 ]" "32 sessions x 40 lock/unlock cycles ran without an error" || diag "$(tail -5 "$work/locked.out")"
+took=$(($(now_ms) - t0))
+is "$(psql_val "SELECT n FROM lock_counter")" 1280 "with seckill_lock, the counter is exact: 1,280 ($((1280000 / (took > 0 ? took : 1))) cycles/s)"
+is "$(psql_val "SELECT count(*) FROM seckill.locks")" 0 "every lock was released"
+
+# --- a bounded wait; release when the holder's session ends -----------------
+psql -XAtq -c "SELECT seckill_lock('held')" -c "SELECT pg_sleep(2)" >/dev/null 2>&1 &
+holder=$!
+seckill_wait_for "[ \"\$(lock_state held)\" = held ]" 5
+t0=$(now_ms)
+is "$(psql_val "SELECT seckill_lock('held', '300 ms') IS NULL")" t "another session waits its 300 ms, then gets NULL"
+waited=$(($(now_ms) - t0))
+ok "[ $waited -ge 300 ] && [ $waited -lt 1500 ]" "and it waited ${waited} ms"
+t0=$(now_ms)
+is "$(psql_val "SELECT seckill_lock('held', '10 s') IS NOT NULL")" t "a waiter gets the lock once its holder's session ends"
+diag "the waiter got it $(($(now_ms) - t0)) ms after it began waiting (the holder slept 2 s)"
+wait "$holder"
+
+# --- a waiter cancelled while it waits ---------------------------------------
+psql -XAtq -c "SELECT seckill_lock('cancel-me')" -c "SELECT pg_sleep(2)" >/dev/null 2>&1 &
+holder=$!
+seckill_wait_for "[ \"\$(lock_state cancel-me)\" = held ]" 5
+psql -XAtq -c "SELECT seckill_lock('cancel-me', '20 s')" >"$work/cancelled.out" 2>&1 &
+waiter=$!
+waiting="SELECT pid FROM pg_stat_activity WHERE query LIKE '%cancel-me'', ''20 s%' AND pid <> pg_backend_pid()"
+seckill_wait_for "[ -n \"\$(psql_val \"$waiting\")\" ]" 5
+t0=$(now_ms)
+psql_val "SELECT pg_cancel_backend(pid) FROM ($waiting) w" >/dev/null
+wait "$waiter"
+ok "grep -q 'canceling statement' '$work/cancelled.out'" "a waiter is cancelled at once ($(($(now_ms) - t0)) ms)"
+wait "$holder"
+seckill_wait_for "[ \"\$(lock_state cancel-me)\" = none ]" 5
+ok "[ $? -eq 0 ]" "and takes nothing behind its caller's back: the lock is free once its holder is gone"
+
+# --- the watchdog renews a lease while its holder lives ---------------------
+seckill_configure "SET seckill.lock_lease = '600ms'"
+psql -XAtq -c "SELECT seckill_lock('renewed')" -c "SELECT pg_sleep(2.5)" >/dev/null 2>&1 &
+holder=$!
+seckill_wait_for "[ \"\$(lock_state renewed)\" = held ]" 5
+is "$(psql_val "SELECT seckill_lock('renewed', '1500 ms') IS NULL")" t \
+	"a 600 ms lease held for 2.5 s: nobody else gets it within 1.5 s"
+renewals=$(psql_val "SELECT renewals FROM seckill.locks WHERE name = 'renewed'")
+ok "[ ${renewals:-0} -ge 2 ]" "the worker renewed it $renewals times"
+wait "$holder"
+seckill_configure "RESET seckill.lock_lease"
+
+# --- a holder stalls past its lease: its late write is refused --------------
+cat >"$work/stall.sql" <<'SQL'
+SELECT seckill_lock('fenced', '0', '1 s') AS t \gset
+SELECT pg_sleep(0.5);
+INSERT INTO lock_writes (name, token) SELECT 'fenced', seckill_fence_check('fenced', :t);
+SQL
+psql -XAtq -v ON_ERROR_STOP=1 -f "$work/stall.sql" >"$work/stall.out" 2>&1 &
+holder=$!
+seckill_wait_for "[ \"\$(lock_state fenced)\" = held ]" 5
+stopped=$(psql_val "SELECT owner_pid FROM seckill.locks WHERE name = 'fenced'")
+kill -STOP "$stopped"
+second=$(psql_val "SELECT seckill_lock('fenced', '5 s', '5 s')")
+ok "[ -n \"$second\" ]" "the holder stalled (SIGSTOP): another session takes the lock once the 1 s lease ran out"
+psql_val "INSERT INTO lock_writes (name, token) SELECT 'fenced', seckill_fence_check('fenced', $second)" >/dev/null
+ok "[ $? -eq 0 ]" "and writes with its token $second"
+kill -CONT "$stopped"
+stopped=
+wait "$holder"
+rc=$?
+ok "[ $rc -ne 0 ] && grep -q 'is stale' '$work/stall.out'" "the stalled holder's write is refused: $(grep -o 'fencing token [0-9]* of lock "fenced" is stale' "$work/stall.out")"
+is "$(psql_val "SELECT string_agg(token::text, ',') FROM lock_writes WHERE name = 'fenced'")" "$second" \
+	"only the later holder's write is there"
+is "$(psql_val "SELECT count(*) FROM (SELECT token, lag(token) OVER (ORDER BY written_at) AS prev FROM lock_writes) w
+	WHERE token <= prev")" 0 "tokens that wrote only grow"
+
+# --- Redis restarted empty under a held lock --------------------------------
+seckill_configure "SET seckill.lock_lease = '600ms'"
+psql -XAtq -c "SELECT seckill_lock('survivor') AS t" -c "SELECT pg_sleep(4)" \
+	-c "SELECT seckill_unlock('survivor')" >"$work/survivor.out" 2>&1 &
+holder=$!
+seckill_wait_for "[ \"\$(lock_state survivor)\" = held ]" 5
+first=$(psql_val "SELECT token FROM seckill.locks WHERE name = 'survivor'")
+seckill_redis_restart_empty
+seckill_wait_for "[ \"\$(lock_state survivor)\" = lost ]" 10
+ok "[ $? -eq 0 ]" "Redis restarted empty: the watchdog finds the lease gone and marks the lock lost"
+second=$(psql_val "SELECT seckill_lock('survivor', '5 s')")
+ok "[ -n \"$second\" ] && [ \"$second\" -gt \"$first\" ]" "another session takes it with a later token ($first, then $second)"
+wait "$holder"
+ok "grep -q 'had run out' '$work/survivor.out'" "the first holder's unlock warns that its lease had run out"
+seckill_wait_for "[ \"\$(lock_state survivor)\" = none ]" 5
+ok "[ $? -eq 0 ]" "and the new holder's lock went with its session"
+seckill_configure "RESET seckill.lock_lease"
+
+# --- the holder's backend killed with SIGKILL -------------------------------
+psql -XAtq -c "SELECT seckill_lock('crashy', '0', '2 s')" -c "SELECT pg_sleep(30)" >/dev/null 2>&1 &
+holder=$!
+seckill_wait_for "[ \"\$(lock_state crashy)\" = held ]" 5
+kill -9 "$(psql_val "SELECT owner_pid FROM seckill.locks WHERE name = 'crashy'")"
+wait "$holder" 2>/dev/null
+# the postmaster restarts every backend after a crash
+seckill_wait_for "psql_val 'SELECT 1' >/dev/null 2>&1 && [ -n \"\$(seckill_worker_pid 2>/dev/null)\" ]" 30
+t0=$(now_ms)
+got=$(psql_val "SELECT seckill_lock('crashy', '10 s')" 2>&1)
+ok "[[ \"$got\" =~ ^[0-9]+$ ]]" "after the holder was killed, the next waiter gets the lock once its lease ran out ($(($(now_ms) - t0)) ms)"
+psql_val "SELECT seckill_unlock('crashy')" >/dev/null 2>&1
+
+done_testing

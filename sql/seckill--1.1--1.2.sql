@@ -48,6 +48,16 @@ BEGIN
 	IF name IS NULL OR token IS NULL THEN
 		RAISE EXCEPTION 'name and token must not be null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
+	IF name LIKE 'seckill:%' THEN
+		RAISE EXCEPTION 'lock names that begin with "seckill:" are seckill''s own'
+			USING ERRCODE = 'reserved_name';
+	END IF;
+	-- a token never issued would fence the name off for good
+	IF token > (SELECT s.last_value FROM seckill.fence_tokens s) THEN
+		RAISE EXCEPTION 'fencing token % was never issued', token
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Pass the token seckill_lock() returned.';
+	END IF;
 	INSERT INTO seckill.fences AS f (name, token) VALUES (seckill_fence_check.name, seckill_fence_check.token)
 	ON CONFLICT ON CONSTRAINT fences_pkey DO UPDATE SET token = EXCLUDED.token, checked_at = now()
 		WHERE f.token <= EXCLUDED.token

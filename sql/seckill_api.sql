@@ -288,9 +288,31 @@ SELECT seckill_lock('batch');
 ROLLBACK;
 SELECT seckill_lock('batch', '5 seconds') IS NOT NULL AS free_after_rollback;
 SELECT seckill_unlock('batch');
-SELECT seckill_fence_check('job', 5), seckill_fence_check('job', 7), seckill_fence_check('job', 7);
-SELECT seckill_fence_check('job', 6);
+SELECT seckill_lock('f1') AS f1 \gset
+SELECT seckill_lock('f2') AS f2 \gset
+SELECT :f2 > :f1 AS tokens_grow;
+SELECT seckill_fence_check('job', :f1) = :f1 AS first, seckill_fence_check('job', :f2) = :f2 AS later,
+	   seckill_fence_check('job', :f2) = :f2 AS again;
+\set VERBOSITY sqlstate
+SELECT seckill_fence_check('job', :f1);
+SELECT seckill_fence_check('job', :f2 + 1000);
+\set VERBOSITY default
 SELECT seckill_fence_check('job', NULL);
+SELECT seckill_fence_check('seckill:campaign:1', :f2);
+SELECT seckill_unlock('f1'), seckill_unlock('f2');
+
+-- seckill's own admin work writes behind fencing tokens too
+SELECT seckill_campaign_create('fenced', 5) AS fenced_id \gset
+SELECT seckill_preheat('fenced');
+SELECT count(*) AS fenced FROM seckill.fences WHERE name = 'seckill:campaign:' || :fenced_id;
+-- as if a later holder had written while this worker stalled past its lease
+UPDATE seckill.fences SET token = token + 1000000 WHERE name = 'seckill:campaign:' || :fenced_id;
+\set VERBOSITY sqlstate
+SELECT seckill_close('fenced');
+\set VERBOSITY default
+SELECT state FROM seckill.campaigns WHERE id = :fenced_id;
+UPDATE seckill.fences SET token = 0 WHERE name = 'seckill:campaign:' || :fenced_id;
+SELECT seckill_close('fenced');
 
 -- from 1.0 to 1.2: the campaigns keep their data and get token secrets;
 -- the roles that could buy still can

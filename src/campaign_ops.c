@@ -35,6 +35,7 @@ static uint64 lock_counter = 0;
 /* The lease held now, if any, so that it can be released after an error. */
 static int64 held_campaign = 0;
 static char *held_token = NULL;
+static int64 held_fence = 0;	/* its fencing token */
 
 void
 sk_reply_error(SeckillReply *reply, SeckillStatus status, const char *fmt,...)
@@ -143,7 +144,21 @@ campaign_lock(int64 id, SeckillReply *reply)
 	}
 	held_campaign = id;
 	held_token = MemoryContextStrdup(TopMemoryContext, token);
+	store_begin("seckill: fencing token");
+	held_fence = store_fence_token();
+	store_commit();
 	return token;
+}
+
+/*
+ * In a transaction that writes under the campaign's lease: a stale holder
+ * (its lease ran out while it stalled, and another took the campaign) is
+ * refused, like a SQL caller's write behind seckill_fence_check().
+ */
+static void
+fence(void)
+{
+	store_fence(psprintf("seckill:campaign:" INT64_FORMAT, held_campaign), held_fence);
 }
 
 static void
@@ -487,6 +502,7 @@ rebuild_locked(int64 id, SeckillReply *reply)
 	if (draft)
 	{
 		store_begin("seckill: preheat campaign");
+		fence();
 		store_set_state(id, "preheated");
 		store_commit();
 	}
@@ -516,6 +532,7 @@ close_locked(int64 id, SeckillReply *reply)
 		return;
 	}
 	store_begin("seckill: close campaign");
+	fence();
 	if (!store_campaign(id, &row))
 	{
 		store_commit();
@@ -732,6 +749,7 @@ release_locked(int64 id, SeckillReply *reply)
 
 		CHECK_FOR_INTERRUPTS();
 		store_begin("seckill: release expired orders");
+		fence();
 		n = store_release_expired(id, RELEASE_BATCH, &c);
 		store_commit();
 		if (n > 0)
@@ -761,6 +779,7 @@ restock_locked(int64 id, int delta, SeckillReply *reply)
 		return;
 	}
 	store_begin("seckill: restock campaign");
+	fence();
 	done = store_restock(id, delta, &row);
 	store_commit();
 	if (!done)
@@ -806,6 +825,7 @@ limits_locked(int64 id, const SeckillLimits *limits, SeckillReply *reply)
 	bool		found;
 
 	store_begin("seckill: set campaign limits");
+	fence();
 	store_set_limits(id, limits);
 	found = store_campaign(id, &row);
 	store_commit();

@@ -16,8 +16,10 @@
 #include "locks.h"
 
 #include "campaign_ops.h"
+#include "miscadmin.h"
 #include "redis.h"
 #include "storage/procarray.h"
+#include "store.h"
 #include "utils/timestamp.h"
 
 static char *
@@ -35,6 +37,47 @@ entry_of(const char *owner)
 	return NULL;
 }
 
+/* Wake the backends waiting for this lock: it was just released. */
+static void
+wake_waiters(const char *name)
+{
+	uint32		h = seckill_lock_wait_hash(name);
+
+	for (int i = 0; i < MaxBackends; i++)
+		if (seckill_slots[i].lock_wait == h && seckill_slots[i].latch != NULL)
+			SetLatch(seckill_slots[i].latch);
+}
+
+/* A table entry for the request's lock, in this state; NULL when the table is full. */
+static SeckillLockEntry *
+record(const SeckillRequest *request, SeckillLockState state, TimestampTz since)
+{
+	SeckillLockEntry *e = NULL;
+
+	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	if (entry_of(request->lock.owner) == NULL)
+		for (int i = 0; e == NULL && i < seckill_max_locks; i++)
+			if (seckill_locks[i].state == LOCK_FREE)
+				e = &seckill_locks[i];
+	if (e != NULL)
+	{
+		memset(e, 0, sizeof(SeckillLockEntry));
+		e->state = state;
+		strlcpy(e->name, request->lock.name, sizeof(e->name));
+		strlcpy(e->owner, request->lock.owner, sizeof(e->owner));
+		e->owner_pid = request->lock.pid;
+		e->xact = request->lock.xact;
+		e->watchdog = request->lock.watchdog;
+		e->depth = 1;
+		e->lease_ms = request->lock.lease_ms;
+		e->acquired_at = e->renewed_at = since;
+	}
+	LWLockRelease(seckill_shared->locks_lock);
+	if (state == LOCK_RELEASE)
+		pg_atomic_write_u32(&seckill_shared->locks_changed, 1);
+	return e;
+}
+
 /* Take the lease for the request's owner; SK_BUSY when someone else holds it. */
 void
 sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
@@ -44,13 +87,16 @@ sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
 	const char *key = lock_key(request->lock.name);
 	const char *args[2] = {request->lock.owner, psprintf("%d", request->lock.lease_ms)};
 	TimestampTz sent = GetCurrentTimestamp();
-	SeckillLockEntry *e = NULL;
+	SeckillLockEntry *e;
+	int64		token;
 
 	sk_pipeline_init(&p);
 	sk_pipeline_script(&p, SK_SCRIPT_ACQUIRE, 1, &key, 2, args);
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 	{
+		/* the lease may have been taken: have the keeper give it back */
+		record(request, LOCK_RELEASE, sent);
 		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
 		return;
 	}
@@ -65,25 +111,27 @@ sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
 		return;
 	}
 
-	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
-	if (entry_of(request->lock.owner) == NULL)
-		for (int i = 0; e == NULL && i < seckill_max_locks; i++)
-			if (seckill_locks[i].state == LOCK_FREE)
-				e = &seckill_locks[i];
-	if (e != NULL)
+	/*
+	 * The fencing token is taken here, right after the lease was won and
+	 * before any other acquisition: tokens grow in the order of the grants.
+	 */
+	PG_TRY();
 	{
-		memset(e, 0, sizeof(SeckillLockEntry));
-		e->state = LOCK_HELD;
-		strlcpy(e->name, request->lock.name, sizeof(e->name));
-		strlcpy(e->owner, request->lock.owner, sizeof(e->owner));
-		e->owner_pid = request->lock.pid;
-		e->xact = request->lock.xact;
-		e->watchdog = request->lock.watchdog;
-		e->depth = 1;
-		e->lease_ms = request->lock.lease_ms;
-		e->acquired_at = e->renewed_at = sent;
+		store_begin("seckill: fencing token");
+		token = store_fence_token();
+		store_commit();
 	}
-	LWLockRelease(seckill_shared->locks_lock);
+	PG_CATCH();
+	{
+		SeckillRequest undo = *request;
+		SeckillReply ignored = {0};
+
+		sk_lock_release(&undo, &ignored);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	e = record(request, LOCK_HELD, sent);
 	if (e == NULL)
 	{
 		SeckillRequest undo = *request;
@@ -96,8 +144,12 @@ sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
 		reply->sqlerrcode = ERRCODE_PROGRAM_LIMIT_EXCEEDED;
 		return;
 	}
+	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	e->token = token;
+	LWLockRelease(seckill_shared->locks_lock);
 	pg_atomic_write_u32(&seckill_shared->locks_changed, 1);
 	reply->status = SK_OK;
+	reply->values[0] = token;
 }
 
 /*
@@ -134,6 +186,7 @@ sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
 	if (e != NULL)
 		e->state = LOCK_FREE;
 	LWLockRelease(seckill_shared->locks_lock);
+	wake_waiters(request->lock.name);
 	reply->status = SK_OK;
 	reply->values[0] = sk_reply_int(&r[0]);
 }
@@ -187,10 +240,28 @@ sk_lock_keeper_tick(void)
 		if (e->state == LOCK_FREE)
 			continue;
 		release = e->state == LOCK_RELEASE || BackendPidGetProc(e->owner_pid) == NULL;
-		if (!release && (e->state != LOCK_HELD || !e->watchdog ||
+		if (!release && e->state != LOCK_HELD)
+			continue;
+		if (!release && !seckill_lock_live(e, now))
+		{
+			/* an explicit lease, or one past seckill.lock_max_hold, ran out */
+			e->state = LOCK_LOST;
+			ereport(LOG,
+					(errmsg("seckill lock \"%s\" of backend %d ran out of its lease while held%s",
+							e->name, e->owner_pid, e->watchdog ? " (seckill.lock_max_hold reached)" : "")));
+			continue;
+		}
+		if (!release && (!e->watchdog ||
 						 (seckill_lock_max_hold > 0 &&
 						  now >= TimestampTzPlusMilliseconds(e->acquired_at, seckill_lock_max_hold))))
+		{
+			/* nobody renews it: look again when its lease runs out */
+			long		ms = TimestampDifferenceMilliseconds(now,
+															 TimestampTzPlusMilliseconds(e->renewed_at, e->lease_ms)) + 1;
+
+			next = next < 0 ? ms : Min(next, ms);
 			continue;
+		}
 		due = TimestampTzPlusMilliseconds(e->renewed_at, e->lease_ms / 3);
 		if (!release && now < due)
 		{
@@ -227,10 +298,19 @@ sk_lock_keeper_tick(void)
 	{
 		SeckillLockEntry *e = entry_of(jobs[i].owner);
 
-		if (e == NULL || sk_reply_is_error(&r[i]))
+		if (e == NULL)
 			continue;
+		if (sk_reply_is_error(&r[i]))
+		{
+			/* Redis refused (loading, a failover): try again soon */
+			next = next < 0 ? 100 : Min(next, 100);
+			continue;
+		}
 		if (jobs[i].release)
+		{
 			e->state = LOCK_FREE;
+			wake_waiters(jobs[i].name);
+		}
 		else if (sk_reply_int(&r[i]) == 1)
 		{
 			e->renewed_at = now;

@@ -16,15 +16,14 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "backend.h"
-#include "catalog/namespace.h"
-#include "commands/sequence.h"
+#include "common/hashfn.h"
 #include "common/pg_prng.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "storage/backendid.h"
 #include "storage/ipc.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(seckill_lock);
@@ -50,19 +49,63 @@ seckill_locks_shmem_init(char *base, bool found)
 	seckill_locks = (SeckillLockEntry *) base;
 }
 
-/* This session's lock of that name and scope; under locks_lock. */
+/* Never 0, which means "waits for no lock". */
+uint32
+seckill_lock_wait_hash(const char *name)
+{
+	uint32		h = hash_bytes((const unsigned char *) name, strlen(name));
+
+	return h ? h : 1;
+}
+
+/*
+ * Is the lease of a held lock still running?  A renewed one is, until the
+ * worker finds it gone; one that nobody renews (an explicit lease, or past
+ * seckill.lock_max_hold) runs out at its time.
+ */
+bool
+seckill_lock_live(const SeckillLockEntry *e, TimestampTz now)
+{
+	if (e->state != LOCK_HELD)
+		return false;
+	if (e->watchdog && (seckill_lock_max_hold == 0 ||
+						now < TimestampTzPlusMilliseconds(e->acquired_at, seckill_lock_max_hold)))
+		return true;
+	return now < TimestampTzPlusMilliseconds(e->renewed_at, e->lease_ms);
+}
+
+/*
+ * This session's lock of that name and scope, its live one first; under
+ * locks_lock.
+ */
 static SeckillLockEntry *
 own_lock(const char *name, bool xact)
 {
+	TimestampTz now = GetCurrentTimestamp();
+	SeckillLockEntry *found = NULL;
+
 	for (int i = 0; i < seckill_max_locks; i++)
 	{
 		SeckillLockEntry *e = &seckill_locks[i];
 
 		if ((e->state == LOCK_HELD || e->state == LOCK_LOST) && e->owner_pid == MyProcPid &&
 			e->xact == xact && strcmp(e->name, name) == 0)
-			return e;
+		{
+			if (seckill_lock_live(e, now))
+				return e;
+			found = e;
+		}
 	}
-	return NULL;
+	return found;
+}
+
+/* Tell the worker that locks wait to be released. */
+static void
+wake_keeper(void)
+{
+	pg_atomic_write_u32(&seckill_shared->locks_changed, 1);
+	if (seckill_shared->worker_latch)
+		SetLatch(seckill_shared->worker_latch);
 }
 
 /* Hand this session's locks (those of a transaction, or all) to the worker to release. */
@@ -85,23 +128,32 @@ release_own(bool xact_only)
 	}
 	LWLockRelease(seckill_shared->locks_lock);
 	if (any)
-	{
-		pg_atomic_write_u32(&seckill_shared->locks_changed, 1);
-		if (seckill_shared->worker_latch)
-			SetLatch(seckill_shared->worker_latch);
-	}
+		wake_keeper();
 }
 
 static void
 xact_end(XactEvent event, void *arg)
 {
+	bool		held = false;
+
 	switch (event)
 	{
+		case XACT_EVENT_PRE_PREPARE:
+			/* released at PREPARE, the lock would not cover the commit */
+			LWLockAcquire(seckill_shared->locks_lock, LW_SHARED);
+			for (int i = 0; i < seckill_max_locks && !held; i++)
+				held = seckill_locks[i].state == LOCK_HELD && seckill_locks[i].xact &&
+					seckill_locks[i].owner_pid == MyProcPid;
+			LWLockRelease(seckill_shared->locks_lock);
+			if (held)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that holds a seckill_lock_xact() lock")));
+			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_PARALLEL_ABORT:
-		case XACT_EVENT_PREPARE:
 			release_own(true);
 			break;
 		default:
@@ -125,32 +177,17 @@ interval_ms_arg(FunctionCallInfo fcinfo, int argno, const char *name, long dflt)
 	if (PG_ARGISNULL(argno))
 		return dflt;
 	iv = PG_GETARG_INTERVAL_P(argno);
-	usec = iv->time + (int64) iv->day * USECS_PER_DAY + (int64) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
-	if (usec < 0)
+	if (iv->month != 0 || iv->day < -1 || iv->day > 1 || iv->time < -USECS_PER_DAY * 2 ||
+		iv->time > USECS_PER_DAY * 2)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not be negative", name)));
-	if (usec > (int64) 24 * 3600 * USECS_PER_SEC)
+				 errmsg("%s must be between 0 and one day", name)));
+	usec = iv->time + (int64) iv->day * USECS_PER_DAY;
+	if (usec < 0 || usec > USECS_PER_DAY)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be at most one day", name)));
+				 errmsg("%s must be between 0 and one day", name)));
 	return (long) (usec / 1000);
-}
-
-/* A fencing token: the next value of seckill.fence_tokens, which only grows. */
-static int64
-mint_token(void)
-{
-	Oid			nsp = get_namespace_oid("seckill", false);
-	Oid			seq = get_relname_relid("fence_tokens", nsp);
-
-	if (!OidIsValid(seq))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("seckill.fence_tokens does not exist"),
-				 errhint("Run ALTER EXTENSION seckill UPDATE.")));
-	/* the caller needs no grant on the sequence: tokens are seckill's to give */
-	return nextval_internal(seq, false);
 }
 
 static Datum
@@ -164,6 +201,7 @@ lock_common(FunctionCallInfo fcinfo, bool xact)
 	TimestampTz deadline;
 	long		backoff = 5;
 	int64		token = 0;
+	bool		again = false;
 
 	if (!PG_ARGISNULL(2) && lease_ms < 100)
 		ereport(ERROR,
@@ -182,11 +220,14 @@ lock_common(FunctionCallInfo fcinfo, bool xact)
 	/* taken again by its holder: counted */
 	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
 	e = own_lock(name, xact);
-	if (e != NULL && e->state == LOCK_HELD)
+	if (e != NULL && seckill_lock_live(e, GetCurrentTimestamp()))
 	{
 		e->depth++;
 		token = e->token;
+		again = true;
 	}
+	else if (e != NULL)
+		e->state = LOCK_RELEASE;	/* its lease is gone: a new acquisition */
 	else if (own_lock(name, !xact) != NULL)
 	{
 		LWLockRelease(seckill_shared->locks_lock);
@@ -198,7 +239,9 @@ lock_common(FunctionCallInfo fcinfo, bool xact)
 						 xact ? "seckill_lock()" : "seckill_lock_xact()")));
 	}
 	LWLockRelease(seckill_shared->locks_lock);
-	if (token != 0)
+	if (e != NULL && !again)
+		wake_keeper();
+	if (again)
 		PG_RETURN_INT64(token);
 
 	memset(&request, 0, sizeof(request));
@@ -233,35 +276,33 @@ lock_common(FunctionCallInfo fcinfo, bool xact)
 					strcmp(seckill_locks[i].owner, request.lock.owner) == 0)
 					seckill_locks[i].state = LOCK_RELEASE;
 			LWLockRelease(seckill_shared->locks_lock);
+			wake_keeper();
 			PG_RE_THROW();
 		}
 		PG_END_TRY();
 		if (reply.status == SK_OK)
+		{
+			token = reply.values[0];
 			break;
+		}
 		/* held by someone else: ask again after a jittered backoff, until the deadline */
 		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (left <= 0)
 			PG_RETURN_NULL();
+		/*
+		 * The worker sets our latch when it releases this lock; a release by
+		 * another cluster sharing the Redis is seen at the next ask.
+		 */
+		seckill_slots[MyBackendId - 1].lock_wait = seckill_lock_wait_hash(name);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Min(left, backoff / 2 + (long) pg_prng_uint64_range(&pg_global_prng_state, 0, backoff / 2)),
 						 PG_WAIT_EXTENSION);
+		seckill_slots[MyBackendId - 1].lock_wait = 0;
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		backoff = Min(backoff * 2, 100);
 	}
 
-	/*
-	 * The token comes after the acquisition, so that tokens grow in the
-	 * order the lock was held (a token taken before waiting could be older
-	 * than that of a session that got the lock first).
-	 */
-	token = mint_token();
-	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
-	for (int i = 0; i < seckill_max_locks; i++)
-		if (seckill_locks[i].state != LOCK_FREE &&
-			strcmp(seckill_locks[i].owner, request.lock.owner) == 0)
-			seckill_locks[i].token = token;
-	LWLockRelease(seckill_shared->locks_lock);
 	PG_RETURN_INT64(token);
 }
 

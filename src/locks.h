@@ -54,6 +54,8 @@ extern void seckill_locks_shmem_init(char *base, bool found);
 /* worker (lock_keeper.c) */
 extern void sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply);
 extern void sk_lock_release(const SeckillRequest *request, SeckillReply *reply);
+extern uint32 seckill_lock_wait_hash(const char *name);
+extern bool seckill_lock_live(const SeckillLockEntry *e, TimestampTz now);
 extern void sk_lock_abandoned(const char *owner);
 extern long sk_lock_keeper_tick(void);
 

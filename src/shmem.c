@@ -36,6 +36,7 @@ seckill_shmem_size(void)
 	size = add_size(size, mul_size(seckill_max_campaigns, sizeof(SeckillStats)));
 	size = add_size(size, mul_size(MaxBackends, sizeof(SeckillSlot)));
 	size = add_size(size, mul_size(MaxBackends, sizeof(int)));
+	size = add_size(size, MAXIMUM_ALIGNOF);
 	size = add_size(size, seckill_locks_shmem_size());
 	return size;
 }
@@ -69,7 +70,7 @@ seckill_shmem_startup(void)
 	p += MaxBackends * sizeof(SeckillSlot);
 	seckill_queue = (int *) p;
 	p += MaxBackends * sizeof(int);
-	seckill_locks_shmem_init(p, found);
+	seckill_locks_shmem_init((char *) MAXALIGN(p), found);
 
 	if (!found)
 	{

@@ -91,6 +91,7 @@ typedef struct SeckillSlot
 	bool		queued;			/* its index is in the queue */
 	uint64		seq;			/* bumped by every new request */
 	Latch	   *latch;			/* the caller's, set when DONE */
+	uint32		lock_wait;		/* hash of the lock its caller waits for, or 0 */
 	SeckillRequest request;
 	SeckillReply reply;
 } SeckillSlot;

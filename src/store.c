@@ -528,6 +528,37 @@ store_set_state(int64 campaign_id, const char *state)
 		2, types, values, SPI_OK_UPDATE);
 }
 
+/* Inside a transaction: the next fencing token, from a sequence that only grows. */
+int64
+store_fence_token(void)
+{
+	bool		isnull;
+
+	run("SELECT nextval('seckill.fence_tokens')", 0, NULL, NULL, SPI_OK_SELECT);
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * Inside a transaction about to write under a lock: refuse (55P03) a
+ * fencing token older than one that already wrote under that name, as
+ * seckill_fence_check() does for SQL callers.
+ */
+void
+store_fence(const char *name, int64 token)
+{
+	Oid			types[2] = {TEXTOID, INT8OID};
+	Datum		values[2] = {CStringGetTextDatum(name), Int64GetDatum(token)};
+
+	run("INSERT INTO seckill.fences AS f (name, token) VALUES ($1, $2) "
+		"ON CONFLICT ON CONSTRAINT fences_pkey DO UPDATE SET token = EXCLUDED.token, checked_at = now() "
+		"WHERE f.token <= EXCLUDED.token", 2, types, values, SPI_OK_INSERT);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("fencing token " INT64_FORMAT " of \"%s\" is stale", token, name),
+				 errdetail("A later holder of the lock already wrote; this one's lease ran out.")));
+}
+
 /* Inside a transaction: the campaign's traffic limits (0 or false: none). */
 void
 store_set_limits(int64 campaign_id, const SeckillLimits *limits)

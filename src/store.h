@@ -74,6 +74,8 @@ extern List *store_preheated_campaigns(void);
 extern List *store_buyers(int64 campaign_id);
 extern void store_set_state(int64 campaign_id, const char *state);
 extern void store_set_limits(int64 campaign_id, const SeckillLimits *limits);
+extern int64 store_fence_token(void);
+extern void store_fence(const char *name, int64 token);
 
 /* Orders given back by a cancellation: what Redis must get back. */
 typedef struct SkCancelled

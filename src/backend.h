@@ -29,5 +29,6 @@ extern int64 seckill_open_campaign_id(const char *goods);
 extern SeckillReply seckill_call_checked(SeckillRequestKind kind, int64 campaign_id,
 										 const char *user_id, int qty);
 extern SeckillReply seckill_request_checked(const SeckillRequest *request);
+extern SeckillReply seckill_reply_checked(SeckillRequestKind kind, SeckillReply reply);
 
 #endif							/* SECKILL_BACKEND_H */

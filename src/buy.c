@@ -115,9 +115,13 @@ seckill_call_checked(SeckillRequestKind kind, int64 campaign_id, const char *use
 SeckillReply
 seckill_request_checked(const SeckillRequest *request)
 {
-	SeckillRequestKind kind = request->kind;
-	SeckillReply reply = seckill_call(request);
+	return seckill_reply_checked(request->kind, seckill_call(request));
+}
 
+/* A failure in the reply becomes an ERROR a DBA can act on. */
+SeckillReply
+seckill_reply_checked(SeckillRequestKind kind, SeckillReply reply)
+{
 	switch (reply.status)
 	{
 		case SK_ERR_REDIS:

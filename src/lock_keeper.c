@@ -18,6 +18,7 @@
 #include "campaign_ops.h"
 #include "miscadmin.h"
 #include "redis.h"
+#include "redlock.h"
 #include "storage/procarray.h"
 #include "store.h"
 #include "utils/timestamp.h"
@@ -90,25 +91,46 @@ sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
 	SeckillLockEntry *e;
 	int64		token;
 
-	sk_pipeline_init(&p);
-	sk_pipeline_script(&p, SK_SCRIPT_ACQUIRE, 1, &key, 2, args);
-	r = sk_pipeline_exec(&p);
-	if (r == NULL)
+	if (sk_redlock_enabled())
 	{
-		/* the lease may have been taken: have the keeper give it back */
-		record(request, LOCK_RELEASE, sent);
-		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
-		return;
+		char		why[SK_MESSAGE_LEN];
+
+		switch (sk_redlock_acquire(key, request->lock.owner, request->lock.lease_ms, why, sizeof(why)))
+		{
+			case REDLOCK_BUSY:
+				reply->status = SK_BUSY;
+				return;
+			case REDLOCK_FAILED:
+				/* not seckill.redis_host's fault: the generic hint would mislead */
+				sk_reply_error(reply, SK_ERR_INVALID, "%s", why);
+				reply->sqlerrcode = ERRCODE_CONNECTION_FAILURE;
+				return;
+			case REDLOCK_ACQUIRED:
+				break;
+		}
 	}
-	if (sk_reply_is_error(&r[0]))
+	else
 	{
-		sk_reply_error(reply, SK_ERR_REDIS_REFUSED, "taking lock \"%s\": %s", request->lock.name, r[0].str);
-		return;
-	}
-	if (sk_reply_int(&r[0]) != 1)
-	{
-		reply->status = SK_BUSY;
-		return;
+		sk_pipeline_init(&p);
+		sk_pipeline_script(&p, SK_SCRIPT_ACQUIRE, 1, &key, 2, args);
+		r = sk_pipeline_exec(&p);
+		if (r == NULL)
+		{
+			/* the lease may have been taken: have the keeper give it back */
+			record(request, LOCK_RELEASE, sent);
+			sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+			return;
+		}
+		if (sk_reply_is_error(&r[0]))
+		{
+			sk_reply_error(reply, SK_ERR_REDIS_REFUSED, "taking lock \"%s\": %s", request->lock.name, r[0].str);
+			return;
+		}
+		if (sk_reply_int(&r[0]) != 1)
+		{
+			reply->status = SK_BUSY;
+			return;
+		}
 	}
 
 	/*
@@ -164,11 +186,22 @@ sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
 	const char *key = lock_key(request->lock.name);
 	const char *owner = request->lock.owner;
 	SeckillLockEntry *e;
+	long long	released = -1;
 
-	sk_pipeline_init(&p);
-	sk_pipeline_script(&p, SK_SCRIPT_UNLOCK, 1, &key, 1, &owner);
-	r = sk_pipeline_exec(&p);
-	if (r == NULL || sk_reply_is_error(&r[0]))
+	if (sk_redlock_enabled())
+	{
+		released = sk_redlock_release(key, owner);
+		r = NULL;
+	}
+	else
+	{
+		sk_pipeline_init(&p);
+		sk_pipeline_script(&p, SK_SCRIPT_UNLOCK, 1, &key, 1, &owner);
+		r = sk_pipeline_exec(&p);
+		if (r != NULL && !sk_reply_is_error(&r[0]))
+			released = sk_reply_int(&r[0]);
+	}
+	if (released < 0)
 	{
 		/* the keeper tries again; until then the lease may run out */
 		LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
@@ -178,7 +211,8 @@ sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
 		LWLockRelease(seckill_shared->locks_lock);
 		pg_atomic_write_u32(&seckill_shared->locks_changed, 1);
 		sk_reply_error(reply, r ? SK_ERR_REDIS_REFUSED : SK_ERR_REDIS, "releasing lock \"%s\": %s",
-					   request->lock.name, r ? r[0].str : sk_redis_error());
+					   request->lock.name,
+					   r ? r[0].str : sk_redlock_enabled() ? "too few Redlock nodes answered" : sk_redis_error());
 		return;
 	}
 	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
@@ -188,7 +222,7 @@ sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
 	LWLockRelease(seckill_shared->locks_lock);
 	wake_waiters(request->lock.name);
 	reply->status = SK_OK;
-	reply->values[0] = sk_reply_int(&r[0]);
+	reply->values[0] = released;
 }
 
 /* The caller of a lock request gave up before its answer: release the lock. */
@@ -229,6 +263,7 @@ sk_lock_keeper_tick(void)
 	long		next = -1;
 	SkPipeline	p;
 	SkReply    *r;
+	long long  *result;
 
 	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
 	for (int i = 0; i < seckill_max_locks; i++)
@@ -280,18 +315,32 @@ sk_lock_keeper_tick(void)
 	if (njobs == 0)
 		return next;
 
-	sk_pipeline_init(&p);
-	for (int i = 0; i < njobs; i++)
+	/* the answer of each job: 1, 0, or -1 when Redis failed or refused */
+	result = palloc(sizeof(long long) * njobs);
+	if (sk_redlock_enabled())
 	{
-		const char *key = lock_key(jobs[i].name);
-		const char *args[2] = {jobs[i].owner, psprintf("%d", jobs[i].lease_ms)};
-
-		sk_pipeline_script(&p, jobs[i].release ? SK_SCRIPT_UNLOCK : SK_SCRIPT_RENEW, 1, &key,
-						   jobs[i].release ? 1 : 2, args);
+		for (int i = 0; i < njobs; i++)
+			result[i] = jobs[i].release ?
+				sk_redlock_release(lock_key(jobs[i].name), jobs[i].owner) :
+				sk_redlock_renew(lock_key(jobs[i].name), jobs[i].owner, jobs[i].lease_ms);
 	}
-	r = sk_pipeline_exec(&p);
-	if (r == NULL)
-		return 1000;			/* Redis is away: try again soon */
+	else
+	{
+		sk_pipeline_init(&p);
+		for (int i = 0; i < njobs; i++)
+		{
+			const char *key = lock_key(jobs[i].name);
+			const char *args[2] = {jobs[i].owner, psprintf("%d", jobs[i].lease_ms)};
+
+			sk_pipeline_script(&p, jobs[i].release ? SK_SCRIPT_UNLOCK : SK_SCRIPT_RENEW, 1, &key,
+							   jobs[i].release ? 1 : 2, args);
+		}
+		r = sk_pipeline_exec(&p);
+		if (r == NULL)
+			return 1000;		/* Redis is away: try again soon */
+		for (int i = 0; i < njobs; i++)
+			result[i] = sk_reply_is_error(&r[i]) ? -1 : sk_reply_int(&r[i]);
+	}
 
 	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
 	for (int i = 0; i < njobs; i++)
@@ -300,9 +349,9 @@ sk_lock_keeper_tick(void)
 
 		if (e == NULL)
 			continue;
-		if (sk_reply_is_error(&r[i]))
+		if (result[i] < 0)
 		{
-			/* Redis refused (loading, a failover): try again soon */
+			/* Redis refused (loading, a failover) or too few nodes answered: again soon */
 			next = next < 0 ? 100 : Min(next, 100);
 			continue;
 		}
@@ -311,7 +360,7 @@ sk_lock_keeper_tick(void)
 			e->state = LOCK_FREE;
 			wake_waiters(jobs[i].name);
 		}
-		else if (sk_reply_int(&r[i]) == 1)
+		else if (result[i] == 1)
 		{
 			e->renewed_at = now;
 			e->renewals++;

@@ -336,19 +336,26 @@ seckill_unlock(PG_FUNCTION_ARGS)
 	SeckillRequest request;
 	SeckillReply reply;
 	bool		xact_held;
+	bool		lost = false;
 
 	seckill_check_database();
 	memset(&request, 0, sizeof(request));
 	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
 	e = own_lock(name, false);
 	xact_held = own_lock(name, true) != NULL;
-	if (e != NULL && e->state == LOCK_HELD && e->depth > 1)
+	if (e != NULL && seckill_lock_live(e, GetCurrentTimestamp()) && e->depth > 1)
 	{
 		e->depth--;
 		LWLockRelease(seckill_shared->locks_lock);
 		PG_RETURN_BOOL(true);
 	}
-	if (e != NULL)
+	if (e != NULL && !seckill_lock_live(e, GetCurrentTimestamp()))
+	{
+		/* its lease is gone already: the worker tidies up in the background */
+		e->state = LOCK_RELEASE;
+		lost = true;
+	}
+	else if (e != NULL)
 	{
 		request.kind = SK_REQ_UNLOCK;
 		strlcpy(request.lock.name, e->name, sizeof(request.lock.name));
@@ -363,8 +370,24 @@ seckill_unlock(PG_FUNCTION_ARGS)
 				 xact_held ? errhint("A lock taken with seckill_lock_xact() is released at the end of its transaction.") : 0));
 		PG_RETURN_BOOL(false);
 	}
-	reply = seckill_request_checked(&request);
-	if (reply.values[0] != 1)
+	if (lost)
+		wake_keeper();
+	else
+	{
+		reply = seckill_call(&request);
+		if (reply.status == SK_ERR_REDIS || reply.status == SK_ERR_REDIS_REFUSED)
+		{
+			/* the worker gives the lease back once Redis answers */
+			ereport(WARNING,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("lock \"%s\" could not be released now: %s", name, reply.message),
+					 errhint("The seckill worker releases it when Redis answers again; until then its lease runs out by itself.")));
+			PG_RETURN_BOOL(false);
+		}
+		reply = seckill_reply_checked(request.kind, reply);
+		lost = reply.values[0] != 1;
+	}
+	if (lost)
 	{
 		ereport(WARNING,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),

@@ -380,6 +380,13 @@ sk_pipeline_exec(SkPipeline *p)
 	return replies;
 }
 
+/* A script's Lua source, for EVAL on connections other than the worker's main one. */
+const char *
+sk_script_source(SkScript script)
+{
+	return script_source[script];
+}
+
 bool
 sk_reply_is_error(const SkReply *r)
 {

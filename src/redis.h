@@ -67,6 +67,8 @@ extern void sk_pipeline_script(SkPipeline *p, SkScript script,
 							   int nkeys, const char **keys, int nargs, const char **args);
 extern SkReply *sk_pipeline_exec(SkPipeline *p);
 
+extern const char *sk_script_source(SkScript script);
+
 extern bool sk_reply_is_error(const SkReply *r);
 extern long long sk_reply_int(const SkReply *r);
 

@@ -13,6 +13,7 @@
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "locks.h"
+#include "redlock.h"
 #include "shmem.h"
 #include "utils/guc.h"
 
@@ -162,6 +163,11 @@ define_gucs(void)
 							"Past it the lease is no longer renewed and runs out.",
 							&seckill_lock_max_hold, 3600 * 1000, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomStringVariable("seckill.redlock_nodes",
+							   "Independent Redis nodes (host:port, comma separated, an odd number, at least 3) that hold the SQL callers' locks by Redlock.",
+							   "Empty: the locks live on seckill.redis_host.  The nodes need no password.",
+							   &seckill_redlock_nodes, "",
+							   PGC_SIGHUP, 0, sk_redlock_check_nodes, NULL, NULL);
 	DefineCustomEnumVariable("seckill.redis_unavailable",
 							 "What purchases do while Redis cannot be reached: error, or database.",
 							 "With database, the worker sells from PostgreSQL alone (its constraints arbitrate), and rebuilds every campaign in Redis from PostgreSQL before Redis takes over again.",

@@ -1,0 +1,32 @@
+/*-------------------------------------------------------------------------
+ *
+ * redlock.h
+ *		The SQL callers' locks on several independent Redis nodes, opt-in
+ *		through seckill.redlock_nodes.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SECKILL_REDLOCK_H
+#define SECKILL_REDLOCK_H
+
+#include "redis.h"
+
+#include "utils/guc.h"
+
+typedef enum SkRedlockResult
+{
+	REDLOCK_ACQUIRED,
+	REDLOCK_BUSY,				/* another owner holds it on a majority */
+	REDLOCK_FAILED				/* too few nodes answered */
+} SkRedlockResult;
+
+extern char *seckill_redlock_nodes;
+
+extern bool sk_redlock_enabled(void);
+extern bool sk_redlock_check_nodes(char **newval, void **extra, GucSource source);
+extern SkRedlockResult sk_redlock_acquire(const char *key, const char *owner, int lease_ms,
+										  char *why, size_t whylen);
+extern bool sk_redlock_renew(const char *key, const char *owner, int lease_ms);
+extern int	sk_redlock_release(const char *key, const char *owner);
+
+#endif							/* SECKILL_REDLOCK_H */

@@ -36,6 +36,7 @@ static uint64 lock_counter = 0;
 static int64 held_campaign = 0;
 static char *held_token = NULL;
 static int64 held_fence = 0;	/* its fencing token */
+static TimestampTz held_renewed = 0;	/* when its lease last began */
 
 void
 sk_reply_error(SeckillReply *reply, SeckillStatus status, const char *fmt,...)
@@ -144,10 +145,41 @@ campaign_lock(int64 id, SeckillReply *reply)
 	}
 	held_campaign = id;
 	held_token = MemoryContextStrdup(TopMemoryContext, token);
-	store_begin("seckill: fencing token");
-	held_fence = store_fence_token();
-	store_commit();
+	held_renewed = GetCurrentTimestamp();
+	held_fence = 0;				/* taken by the first write under the lease */
 	return token;
+}
+
+/*
+ * Between the steps of long admin work (a rebuild shard by shard, releases
+ * batch by batch): renew the campaign's lease once a third of it has gone,
+ * and stop with an error if it is no longer ours.  Nothing when no lease is
+ * held (the replay at the worker's start).
+ */
+static void
+keep_lease(void)
+{
+	SkPipeline	p;
+	SkReply    *r;
+	const char *key;
+	const char *args[2];
+
+	if (held_token == NULL ||
+		GetCurrentTimestamp() < TimestampTzPlusMilliseconds(held_renewed, seckill_lock_lease / 3))
+		return;
+	key = sk_campaign_key(held_campaign, "lock");
+	args[0] = held_token;
+	args[1] = psprintf("%d", seckill_lock_lease);
+	held_renewed = GetCurrentTimestamp();
+	sk_pipeline_init(&p);
+	sk_pipeline_script(&p, SK_SCRIPT_RENEW, 1, &key, 2, args);
+	r = sk_pipeline_exec(&p);
+	if (r == NULL || sk_reply_is_error(&r[0]) || sk_reply_int(&r[0]) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("seckill lost the lease of campaign " INT64_FORMAT " during its admin work",
+						held_campaign),
+				 errhint("Raise seckill.lock_lease if this work takes longer; it is safe to run it again.")));
 }
 
 /*
@@ -158,6 +190,8 @@ campaign_lock(int64 id, SeckillReply *reply)
 static void
 fence(void)
 {
+	if (held_fence == 0)
+		held_fence = store_fence_token();
 	store_fence(psprintf("seckill:campaign:" INT64_FORMAT, held_campaign), held_fence);
 }
 
@@ -309,8 +343,11 @@ replay_campaign(int64 id, int *committed, int *compensated)
 				ncompensated = 0;
 
 	for (int shard = 0; shard < nshards; shard++)
+	{
+		keep_lease();
 		if (!replay_shard(id, shard, nshards, &ncommitted, &ncompensated))
 			return false;
+	}
 	if (committed)
 		*committed = ncommitted;
 	if (compensated)
@@ -495,9 +532,12 @@ rebuild_locked(int64 id, SeckillReply *reply)
 
 	stock = row.total_stock - row.sold;
 	for (int shard = 0; shard < nshards; shard++)
+	{
+		keep_lease();
 		if (!load_shard(&row, shard, nshards, shard_stock(stock, shard, nshards), buyers,
 						draft, reply))
 			return;
+	}
 
 	if (draft)
 	{
@@ -748,6 +788,7 @@ release_locked(int64 id, SeckillReply *reply)
 		SkCancelled c = {0};
 
 		CHECK_FOR_INTERRUPTS();
+		keep_lease();
 		store_begin("seckill: release expired orders");
 		fence();
 		n = store_release_expired(id, RELEASE_BATCH, &c);

@@ -101,6 +101,8 @@ sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
 				reply->status = SK_BUSY;
 				return;
 			case REDLOCK_FAILED:
+				/* nodes that granted but missed the give-back: the keeper retries it */
+				record(request, LOCK_RELEASE, sent);
 				/* not seckill.redis_host's fault: the generic hint would mislead */
 				sk_reply_error(reply, SK_ERR_INVALID, "%s", why);
 				reply->sqlerrcode = ERRCODE_CONNECTION_FAILURE;
@@ -145,10 +147,8 @@ sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
 	}
 	PG_CATCH();
 	{
-		SeckillRequest undo = *request;
-		SeckillReply ignored = {0};
-
-		sk_lock_release(&undo, &ignored);
+		/* no Redis I/O while the error is pending: the keeper gives the lease back */
+		record(request, LOCK_RELEASE, sent);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -190,7 +190,11 @@ sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
 
 	if (sk_redlock_enabled())
 	{
-		released = sk_redlock_release(key, owner);
+		RedlockCommand command = {SK_SCRIPT_UNLOCK, key, 1, {owner}};
+		int			result;
+
+		sk_redlock_batch(&command, 1, &result);
+		released = result;
 		r = NULL;
 	}
 	else
@@ -263,7 +267,7 @@ sk_lock_keeper_tick(void)
 	long		next = -1;
 	SkPipeline	p;
 	SkReply    *r;
-	long long  *result;
+	int		   *result;
 
 	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
 	for (int i = 0; i < seckill_max_locks; i++)
@@ -316,13 +320,20 @@ sk_lock_keeper_tick(void)
 		return next;
 
 	/* the answer of each job: 1, 0, or -1 when Redis failed or refused */
-	result = palloc(sizeof(long long) * njobs);
+	result = palloc(sizeof(int) * njobs);
 	if (sk_redlock_enabled())
 	{
+		RedlockCommand *commands = palloc(sizeof(RedlockCommand) * njobs);
+
 		for (int i = 0; i < njobs; i++)
-			result[i] = jobs[i].release ?
-				sk_redlock_release(lock_key(jobs[i].name), jobs[i].owner) :
-				sk_redlock_renew(lock_key(jobs[i].name), jobs[i].owner, jobs[i].lease_ms);
+		{
+			commands[i].script = jobs[i].release ? SK_SCRIPT_UNLOCK : SK_SCRIPT_RENEW;
+			commands[i].key = lock_key(jobs[i].name);
+			commands[i].nargs = jobs[i].release ? 1 : 2;
+			commands[i].args[0] = jobs[i].owner;
+			commands[i].args[1] = psprintf("%d", jobs[i].lease_ms);
+		}
+		sk_redlock_batch(commands, njobs, result);
 	}
 	else
 	{
@@ -339,7 +350,7 @@ sk_lock_keeper_tick(void)
 		if (r == NULL)
 			return 1000;		/* Redis is away: try again soon */
 		for (int i = 0; i < njobs; i++)
-			result[i] = sk_reply_is_error(&r[i]) ? -1 : sk_reply_int(&r[i]);
+			result[i] = sk_reply_is_error(&r[i]) ? -1 : (int) sk_reply_int(&r[i]);
 	}
 
 	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);

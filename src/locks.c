@@ -59,19 +59,16 @@ seckill_lock_wait_hash(const char *name)
 }
 
 /*
- * Is the lease of a held lock still running?  A renewed one is, until the
- * worker finds it gone; one that nobody renews (an explicit lease, or past
- * seckill.lock_max_hold) runs out at its time.
+ * Is the lease of a held lock still running?  It runs from its last renewal
+ * (the watchdog's every third of it), less an allowance for clock drift:
+ * a lock the worker could not renew in time counts as gone.
  */
 bool
 seckill_lock_live(const SeckillLockEntry *e, TimestampTz now)
 {
 	if (e->state != LOCK_HELD)
 		return false;
-	if (e->watchdog && (seckill_lock_max_hold == 0 ||
-						now < TimestampTzPlusMilliseconds(e->acquired_at, seckill_lock_max_hold)))
-		return true;
-	return now < TimestampTzPlusMilliseconds(e->renewed_at, e->lease_ms);
+	return now < TimestampTzPlusMilliseconds(e->renewed_at, e->lease_ms - (e->lease_ms / 100 + 2));
 }
 
 /*
@@ -377,6 +374,13 @@ seckill_unlock(PG_FUNCTION_ARGS)
 		reply = seckill_call(&request);
 		if (reply.status == SK_ERR_REDIS || reply.status == SK_ERR_REDIS_REFUSED)
 		{
+			LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+			for (int i = 0; i < seckill_max_locks; i++)
+				if (seckill_locks[i].state == LOCK_HELD &&
+					strcmp(seckill_locks[i].owner, request.lock.owner) == 0)
+					seckill_locks[i].state = LOCK_RELEASE;
+			LWLockRelease(seckill_shared->locks_lock);
+			wake_keeper();
 			/* the worker gives the lease back once Redis answers */
 			ereport(WARNING,
 					(errcode(ERRCODE_CONNECTION_FAILURE),

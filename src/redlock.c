@@ -36,7 +36,7 @@ typedef struct RedlockNode
 	char		host[256];
 	int			port;
 	redisContext *ctx;			/* NULL: not connected */
-	bool		sent;			/* a command awaits its answer */
+	TimestampTz retry_at;		/* no new connection before */
 } RedlockNode;
 
 static RedlockNode *nodes = NULL;
@@ -48,9 +48,11 @@ node_close(RedlockNode *n, const char *why)
 {
 	if (n->ctx == NULL)
 		return;
-	ereport(LOG,
-			(errmsg("seckill worker closed its connection to Redlock node %s:%d: %s",
-					n->host, n->port, why)));
+	/* a slow node left behind is no news */
+	if (why != NULL)
+		ereport(LOG,
+				(errmsg("seckill worker closed its connection to Redlock node %s:%d: %s",
+						n->host, n->port, why)));
 	redisFree(n->ctx);
 	n->ctx = NULL;
 }
@@ -129,138 +131,25 @@ sk_redlock_check_nodes(char **newval, void **extra, GucSource source)
 	return true;
 }
 
-/* Wait for the node's socket, the latch and interrupts heard; false at the deadline. */
+/* Connect (without waiting) unless connected or in a backoff; false when unusable now. */
 static bool
-node_wait(RedlockNode *n, int events, TimestampTz deadline)
+node_connect(RedlockNode *n)
 {
-	for (;;)
-	{
-		long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
-		int			rc;
+	TimestampTz now = GetCurrentTimestamp();
 
-		if (ms <= 0)
-			return false;
-		rc = WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH | WL_TIMEOUT | events,
-							   n->ctx->fd, ms, PG_WAIT_EXTENSION);
-		if (rc & WL_LATCH_SET)
-		{
-			/* requests queue meanwhile: the worker's loop looks again after this */
-			ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
-		}
-		if (rc & events)
-			return true;
-	}
-}
-
-/* Send one EVAL of the script to the node; false when it failed (and is closed). */
-static bool
-node_send(RedlockNode *n, SkScript script, const char *key, int nargs, const char **args,
-		  TimestampTz deadline)
-{
-	const char *argv[8];
-	int			argc = 0;
-	int			done = 0;
-
-	n->sent = false;
-	if (n->ctx == NULL)
+	if (n->ctx != NULL)
+		return true;
+	if (now < n->retry_at)
+		return false;
+	n->ctx = redisConnectNonBlock(n->host, n->port);
+	if (n->ctx == NULL || n->ctx->err)
 	{
-		n->ctx = redisConnectNonBlock(n->host, n->port);
-		if (n->ctx == NULL || n->ctx->err)
-		{
-			if (n->ctx)
-				node_close(n, n->ctx->errstr);
-			return false;
-		}
-	}
-	argv[argc++] = "EVAL";
-	argv[argc++] = sk_script_source(script);
-	argv[argc++] = "1";
-	argv[argc++] = key;
-	for (int i = 0; i < nargs; i++)
-		argv[argc++] = args[i];
-	if (redisAppendCommandArgv(n->ctx, argc, argv, NULL) != REDIS_OK)
-	{
-		node_close(n, "could not queue a command");
+		if (n->ctx)
+			node_close(n, n->ctx->errstr);
+		n->retry_at = TimestampTzPlusMilliseconds(now, 1000);
 		return false;
 	}
-	while (!done)
-	{
-		if (redisBufferWrite(n->ctx, &done) == REDIS_ERR)
-		{
-			node_close(n, n->ctx->errstr[0] ? n->ctx->errstr : "write failed");
-			return false;
-		}
-		if (!done && !node_wait(n, WL_SOCKET_WRITEABLE, deadline))
-		{
-			node_close(n, "no room to write within seckill.redis_timeout");
-			return false;
-		}
-	}
-	n->sent = true;
 	return true;
-}
-
-/* The integer answer of the node to what was sent; -1 when it failed (and is closed). */
-static long long
-node_read(RedlockNode *n, TimestampTz deadline)
-{
-	void	   *raw = NULL;
-	long long	result = -1;
-
-	if (!n->sent)
-		return -1;
-	n->sent = false;
-	for (;;)
-	{
-		if (redisGetReplyFromReader(n->ctx, &raw) == REDIS_ERR)
-		{
-			node_close(n, "bad reply");
-			return -1;
-		}
-		if (raw != NULL)
-			break;
-		if (!node_wait(n, WL_SOCKET_READABLE, deadline))
-		{
-			node_close(n, "no answer within seckill.redis_timeout");
-			return -1;
-		}
-		if (redisBufferRead(n->ctx) == REDIS_ERR)
-		{
-			node_close(n, n->ctx->errstr[0] ? n->ctx->errstr : "read failed");
-			return -1;
-		}
-	}
-	if (((redisReply *) raw)->type == REDIS_REPLY_INTEGER)
-		result = ((redisReply *) raw)->integer;
-	freeReplyObject(raw);
-	return result;
-}
-
-/*
- * Run a lock script on every node: returns how many answered 1, and in
- * *answered how many answered at all.
- */
-static int
-call_all(SkScript script, const char *key, int nargs, const char **args, int *answered)
-{
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout);
-	int			yes = 0;
-
-	parse_nodes();
-	*answered = 0;
-	for (int i = 0; i < nnodes; i++)
-		(void) node_send(&nodes[i], script, key, nargs, args, deadline);
-	for (int i = 0; i < nnodes; i++)
-	{
-		long long	r = node_read(&nodes[i], deadline);
-
-		if (r >= 0)
-			(*answered)++;
-		if (r == 1)
-			yes++;
-	}
-	return yes;
 }
 
 static int
@@ -269,45 +158,212 @@ quorum(void)
 	return nnodes / 2 + 1;
 }
 
+/* Has a majority answered yes to every command, or can no longer? */
+static bool
+decided(const int *yes, const int *answered, int ncommands)
+{
+	for (int c = 0; c < ncommands; c++)
+		if (yes[c] < quorum() && answered[c] - yes[c] <= nnodes - quorum())
+			return false;
+	return true;
+}
+
+/*
+ * Run commands[0..ncommands-1] (lock scripts by EVAL) on every node at once:
+ * each node gets them all in one pipeline, and the answers of all nodes are
+ * awaited together in one wait set, until seckill.redis_timeout.  yes[c]
+ * counts the nodes that answered 1 to command c, answered[c] those that
+ * answered it at all.  Once the outcome of every command is decided (a
+ * majority said yes, or can no longer), the slower nodes are not waited for:
+ * one hung node costs nothing.  A node left with answers unread, or that
+ * failed, is closed, so that its late answers can never be read; one that
+ * failed is tried again after a second.
+ */
+static void
+call_all(const RedlockCommand *commands, int ncommands, int *yes, int *answered)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout);
+	int		   *got = palloc0(sizeof(int) * nnodes);	/* answers read from each node */
+	bool	   *writing = palloc0(sizeof(bool) * nnodes);
+	bool	   *active = palloc0(sizeof(bool) * nnodes);
+
+	memset(yes, 0, sizeof(int) * ncommands);
+	memset(answered, 0, sizeof(int) * ncommands);
+	for (int i = 0; i < nnodes; i++)
+	{
+		RedlockNode *n = &nodes[i];
+
+		if (!node_connect(n))
+			continue;
+		for (int c = 0; c < ncommands && n->ctx; c++)
+		{
+			const char *argv[8];
+			int			argc = 0;
+
+			argv[argc++] = "EVAL";
+			argv[argc++] = sk_script_source(commands[c].script);
+			argv[argc++] = "1";
+			argv[argc++] = commands[c].key;
+			for (int a = 0; a < commands[c].nargs; a++)
+				argv[argc++] = commands[c].args[a];
+			if (redisAppendCommandArgv(n->ctx, argc, argv, NULL) != REDIS_OK)
+				node_close(n, "could not queue a command");
+		}
+		active[i] = writing[i] = n->ctx != NULL;
+	}
+
+	for (;;)
+	{
+		WaitEventSet *set;
+		WaitEvent	ev[16];
+		int			nev;
+		int			nactive = 0;
+		long		ms;
+
+		/* move every node as far as it goes without waiting */
+		for (int i = 0; i < nnodes; i++)
+		{
+			RedlockNode *n = &nodes[i];
+			int			done = 0;
+
+			if (!active[i])
+				continue;
+			if (writing[i])
+			{
+				if (redisBufferWrite(n->ctx, &done) == REDIS_ERR)
+				{
+					node_close(n, n->ctx->errstr[0] ? n->ctx->errstr : "write failed");
+					active[i] = false;
+					continue;
+				}
+				writing[i] = !done;
+			}
+			while (!writing[i] && got[i] < ncommands)
+			{
+				void	   *raw = NULL;
+
+				if (redisGetReplyFromReader(n->ctx, &raw) == REDIS_ERR)
+				{
+					node_close(n, "bad reply");
+					active[i] = false;
+					break;
+				}
+				if (raw == NULL)
+					break;
+				answered[got[i]]++;
+				if (((redisReply *) raw)->type == REDIS_REPLY_INTEGER && ((redisReply *) raw)->integer == 1)
+					yes[got[i]]++;
+				got[i]++;
+				freeReplyObject(raw);
+			}
+			if (active[i] && got[i] == ncommands)
+				active[i] = false;
+			nactive += active[i];
+		}
+		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		if (nactive == 0)
+			break;
+		if (decided(yes, answered, ncommands))
+		{
+			for (int i = 0; i < nnodes; i++)
+				if (active[i])
+					node_close(&nodes[i], NULL);	/* not waited for: the outcome is known */
+			break;
+		}
+		if (ms <= 0)
+		{
+			for (int i = 0; i < nnodes; i++)
+				if (active[i])
+				{
+					node_close(&nodes[i], "no answer within seckill.redis_timeout");
+					nodes[i].retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
+				}
+			break;
+		}
+
+		/* PG15 cannot remove an event from a set: a set for this wait only */
+		set = CreateWaitEventSet(CurrentMemoryContext, nactive + 2);
+		AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+		AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+		for (int i = 0; i < nnodes; i++)
+			if (active[i])
+				AddWaitEventToSet(set, writing[i] ? WL_SOCKET_WRITEABLE : WL_SOCKET_READABLE,
+								  nodes[i].ctx->fd, NULL, (void *) &nodes[i]);
+		nev = WaitEventSetWait(set, ms, ev, lengthof(ev), PG_WAIT_EXTENSION);
+		FreeWaitEventSet(set);
+		for (int e = 0; e < nev; e++)
+		{
+			RedlockNode *n = (RedlockNode *) ev[e].user_data;
+
+			if (ev[e].events & WL_LATCH_SET)
+			{
+				/* requests queue meanwhile: the worker's loop looks again after this */
+				ResetLatch(MyLatch);
+				CHECK_FOR_INTERRUPTS();
+			}
+			else if ((ev[e].events & WL_SOCKET_READABLE) && n != NULL &&
+					 redisBufferRead(n->ctx) == REDIS_ERR)
+			{
+				int			i = n - nodes;
+
+				node_close(n, n->ctx->errstr[0] ? n->ctx->errstr : "read failed");
+				active[i] = false;
+			}
+		}
+	}
+}
+
+/* One lock script on every node: the nodes that answered 1, and *answered. */
+static int
+call_one(SkScript script, const char *key, int nargs, const char **args, int *answered)
+{
+	RedlockCommand command = {script, key, nargs, {args[0], nargs > 1 ? args[1] : NULL}};
+	int			yes;
+
+	parse_nodes();
+	call_all(&command, 1, &yes, answered);
+	return yes;
+}
+
 SkRedlockResult
 sk_redlock_acquire(const char *key, const char *owner, int lease_ms, char *why, size_t whylen)
 {
 	TimestampTz start = GetCurrentTimestamp();
 	const char *args[2] = {owner, psprintf("%d", lease_ms)};
 	int			answered;
-	int			granted = call_all(SK_SCRIPT_ACQUIRE, key, 2, args, &answered);
+	int			granted = call_one(SK_SCRIPT_ACQUIRE, key, 2, args, &answered);
 	long		took = TimestampDifferenceMilliseconds(start, GetCurrentTimestamp());
 	long		validity = lease_ms - took - (lease_ms / 100 + 2);
+	int			released;
 
 	if (granted >= quorum() && validity > 0)
 		return REDLOCK_ACQUIRED;
 	/* a minority, or a majority too late: give back what was granted */
-	(void) call_all(SK_SCRIPT_UNLOCK, key, 1, args, &answered);
-	if (answered < quorum())
+	(void) call_one(SK_SCRIPT_UNLOCK, key, 1, args, &released);
+	if (answered < quorum() || granted >= quorum())
 	{
-		snprintf(why, whylen, "only %d of %d Redlock nodes (seckill.redlock_nodes) answered: a lock needs a majority",
-				 answered, nnodes);
+		snprintf(why, whylen, granted >= quorum() ?
+				 "the Redlock nodes granted the lock too late for its lease of %d ms" :
+				 "only %d of %d Redlock nodes (seckill.redlock_nodes) answered: a lock needs a majority",
+				 granted >= quorum() ? lease_ms : answered, nnodes);
 		return REDLOCK_FAILED;
 	}
 	return REDLOCK_BUSY;
 }
 
-bool
-sk_redlock_renew(const char *key, const char *owner, int lease_ms)
+/*
+ * The keeper's renewals and releases, all of them in one pipeline per node:
+ * result[c] is 1 when a majority answered 1, 0 when a majority answered
+ * otherwise, -1 when too few nodes answered.
+ */
+void
+sk_redlock_batch(const RedlockCommand *commands, int ncommands, int *result)
 {
-	const char *args[2] = {owner, psprintf("%d", lease_ms)};
-	int			answered;
+	int		   *yes = palloc(sizeof(int) * ncommands);
+	int		   *answered = palloc(sizeof(int) * ncommands);
 
-	return call_all(SK_SCRIPT_RENEW, key, 2, args, &answered) >= quorum();
-}
-
-int
-sk_redlock_release(const char *key, const char *owner)
-{
-	int			answered;
-	int			released = call_all(SK_SCRIPT_UNLOCK, key, 1, &owner, &answered);
-
-	if (answered < quorum())
-		return -1;
-	return released >= quorum() ? 1 : 0;
+	parse_nodes();
+	call_all(commands, ncommands, yes, answered);
+	for (int c = 0; c < ncommands; c++)
+		result[c] = yes[c] >= quorum() ? 1 : answered[c] >= quorum() ? 0 : -1;
 }

@@ -20,13 +20,21 @@ typedef enum SkRedlockResult
 	REDLOCK_FAILED				/* too few nodes answered */
 } SkRedlockResult;
 
+/* One lock script for every node. */
+typedef struct RedlockCommand
+{
+	SkScript	script;
+	const char *key;
+	int			nargs;
+	const char *args[2];
+} RedlockCommand;
+
 extern char *seckill_redlock_nodes;
 
 extern bool sk_redlock_enabled(void);
 extern bool sk_redlock_check_nodes(char **newval, void **extra, GucSource source);
 extern SkRedlockResult sk_redlock_acquire(const char *key, const char *owner, int lease_ms,
 										  char *why, size_t whylen);
-extern bool sk_redlock_renew(const char *key, const char *owner, int lease_ms);
-extern int	sk_redlock_release(const char *key, const char *owner);
+extern void sk_redlock_batch(const RedlockCommand *commands, int ncommands, int *result);
 
 #endif							/* SECKILL_REDLOCK_H */

@@ -165,9 +165,9 @@ define_gucs(void)
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomStringVariable("seckill.redlock_nodes",
 							   "Independent Redis nodes (host:port, comma separated, an odd number, at least 3) that hold the SQL callers' locks by Redlock.",
-							   "Empty: the locks live on seckill.redis_host.  The nodes need no password.",
+							   "Empty: the locks live on seckill.redis_host.  The nodes need no password.  A restart, so that no lock held on the old nodes is taken again on new ones.",
 							   &seckill_redlock_nodes, "",
-							   PGC_SIGHUP, 0, sk_redlock_check_nodes, NULL, NULL);
+							   PGC_POSTMASTER, 0, sk_redlock_check_nodes, NULL, NULL);
 	DefineCustomEnumVariable("seckill.redis_unavailable",
 							 "What purchases do while Redis cannot be reached: error, or database.",
 							 "With database, the worker sells from PostgreSQL alone (its constraints arbitrate), and rebuilds every campaign in Redis from PostgreSQL before Redis takes over again.",

@@ -17,6 +17,7 @@
 #include "access/xact.h"
 #include "campaign_ops.h"
 #include "locks.h"
+#include "redlock.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -742,7 +743,9 @@ serve_round(const int *slots, int n)
 			answer(&items[i]);
 			continue;
 		}
-		if (!redis_ready())
+		/* the locks on Redlock nodes do without the main Redis */
+		if (!((items[i].request.kind == SK_REQ_LOCK || items[i].request.kind == SK_REQ_UNLOCK) &&
+			  sk_redlock_enabled()) && !redis_ready())
 		{
 			sk_reply_error(&items[i].reply, SK_ERR_REDIS, "%s", sk_redis_error());
 			answer(&items[i]);
@@ -833,7 +836,7 @@ seckill_worker_main(Datum main_arg)
 		if (GetCurrentTimestamp() >= keeper_due ||
 			pg_atomic_exchange_u32(&seckill_shared->locks_changed, 0) != 0)
 		{
-			due = redis_ready() ? sk_lock_keeper_tick() : 1000;
+			due = sk_redlock_enabled() || redis_ready() ? sk_lock_keeper_tick() : 1000;
 			keeper_due = due < 0 ? DT_NOEND : TimestampTzPlusMilliseconds(GetCurrentTimestamp(), due);
 		}
 

@@ -105,6 +105,18 @@ wake_keeper(void)
 		SetLatch(seckill_shared->worker_latch);
 }
 
+/* Hand the lock of this owner token to the worker to release. */
+static void
+hand_back(const char *owner)
+{
+	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	for (int i = 0; i < seckill_max_locks; i++)
+		if (seckill_locks[i].state == LOCK_HELD && strcmp(seckill_locks[i].owner, owner) == 0)
+			seckill_locks[i].state = LOCK_RELEASE;
+	LWLockRelease(seckill_shared->locks_lock);
+	wake_keeper();
+}
+
 /* Hand this session's locks (those of a transaction, or all) to the worker to release. */
 static void
 release_own(bool xact_only)
@@ -267,13 +279,7 @@ lock_common(FunctionCallInfo fcinfo, bool xact)
 			 * The worker may have taken the lease for a caller that is gone:
 			 * give it back, or the worker does when its answer finds nobody.
 			 */
-			LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
-			for (int i = 0; i < seckill_max_locks; i++)
-				if (seckill_locks[i].state == LOCK_HELD &&
-					strcmp(seckill_locks[i].owner, request.lock.owner) == 0)
-					seckill_locks[i].state = LOCK_RELEASE;
-			LWLockRelease(seckill_shared->locks_lock);
-			wake_keeper();
+			hand_back(request.lock.owner);
 			PG_RE_THROW();
 		}
 		PG_END_TRY();
@@ -374,13 +380,7 @@ seckill_unlock(PG_FUNCTION_ARGS)
 		reply = seckill_call(&request);
 		if (reply.status == SK_ERR_REDIS || reply.status == SK_ERR_REDIS_REFUSED)
 		{
-			LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
-			for (int i = 0; i < seckill_max_locks; i++)
-				if (seckill_locks[i].state == LOCK_HELD &&
-					strcmp(seckill_locks[i].owner, request.lock.owner) == 0)
-					seckill_locks[i].state = LOCK_RELEASE;
-			LWLockRelease(seckill_shared->locks_lock);
-			wake_keeper();
+			hand_back(request.lock.owner);
 			/* the worker gives the lease back once Redis answers */
 			ereport(WARNING,
 					(errcode(ERRCODE_CONNECTION_FAILURE),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The flash sale, as root: bash scripts/demo.sh
 # 100 items, 5,000 eager buyers on 200 connections for 10 seconds; then what
-# happened: answers, orders, oversell, double purchases, throughput and latency.
+# happened: answers, orders, oversell, double purchases, throughput and
+# latency, as the clients and as seckill.stats saw them.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -46,5 +47,13 @@ FROM o;
 SQL
 printf '%-22s %s\n' 'throughput' "$tps calls/s" 'latency average' "$avg ms" \
 	'latency p50' "$p50 ms" 'latency p99' "$p99 ms"
+# the server's own view of the same sale: seckill.stats
+psql -XAtq -v ON_ERROR_STOP=1 <<SQL
+SELECT format('%-22s p50 %s µs, p99 %s µs (seckill_buy itself, mostly sold-out answers; seckill.stats)',
+		'server time', round(call_p50_ms * 1000), round(call_p99_ms * 1000))
+	|| format(E'\n%-22s %s a round, %s Redis round trips and %s commits',
+		'worker', round(purchases_per_round::numeric, 1), redis_round_trips, commits)
+FROM seckill.stats WHERE campaign_id IS NULL;
+SQL
 echo
 psql -X -x -v ON_ERROR_STOP=1 -c "SELECT * FROM seckill_status('$goods')"

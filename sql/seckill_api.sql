@@ -321,6 +321,7 @@ CREATE EXTENSION seckill VERSION '1.0';
 GRANT EXECUTE ON FUNCTION seckill_buy(text, text, int) TO seckill_app;
 SELECT seckill_campaign_create('old', 3) IS NOT NULL AS created;
 SELECT * FROM seckill.reconcile_campaign(1);
+SELECT * FROM seckill_buy('alice', 'old');
 ALTER EXTENSION seckill UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'seckill';
 SELECT c.goods, octet_length(t.secret) FROM seckill.campaigns c JOIN seckill.token_secrets t ON t.campaign_id = c.id;

@@ -105,6 +105,8 @@ typedef enum SeckillCrashPoint
 extern int	seckill_crash_point;
 extern void seckill_crash_if(SeckillCrashPoint point);
 
+extern char *seckill_installed_version(void);
+
 /* Timestamps travel to Redis as microseconds since the Unix epoch. */
 extern int64 seckill_unix_usec(TimestampTz ts);
 

@@ -26,6 +26,7 @@ static int *seckill_queue = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static bool exit_callback_registered = false;
+static uint32 checked_generation = PG_UINT32_MAX;	/* see seckill_check_database */
 
 static Size
 seckill_shmem_size(void)
@@ -176,6 +177,20 @@ seckill_check_database(void)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("seckill serves database \"%s\" only", seckill_database),
 				 errhint("Connect to that database, or set seckill.database and restart the server.")));
+	/* looked at again whenever the extension is installed or updated */
+	if (pg_atomic_read_u32(&seckill_shared->install_generation) != checked_generation)
+	{
+		uint32		generation = pg_atomic_read_u32(&seckill_shared->install_generation);
+		char	   *version = seckill_installed_version();
+
+		if (version != NULL && strcmp(version, SECKILL_SQL_VERSION) != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the seckill extension in this database is version %s; its library is version %s",
+							version, SECKILL_SQL_VERSION),
+					 errhint("Run ALTER EXTENSION seckill UPDATE.")));
+		checked_generation = generation;
+	}
 }
 
 static void

@@ -29,6 +29,13 @@ lock_key(const char *name)
 	return psprintf("%s:{lock:%s}", seckill_redis_prefix, name);
 }
 
+/* Where releases are announced, for the waiters of other clusters sharing the Redis. */
+char *
+sk_lock_channel(void)
+{
+	return psprintf("%s:lock-released", seckill_redis_prefix);
+}
+
 static SeckillLockEntry *
 entry_of(const char *owner)
 {
@@ -199,8 +206,10 @@ sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
 	}
 	else
 	{
+		const char *args[2] = {owner, sk_lock_channel()};
+
 		sk_pipeline_init(&p);
-		sk_pipeline_script(&p, SK_SCRIPT_UNLOCK, 1, &key, 1, &owner);
+		sk_pipeline_script(&p, SK_SCRIPT_UNLOCK, 1, &key, 2, args);
 		r = sk_pipeline_exec(&p);
 		if (r != NULL && !sk_reply_is_error(&r[0]))
 			released = sk_reply_int(&r[0]);
@@ -227,6 +236,21 @@ sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
 	wake_waiters(request->lock.name);
 	reply->status = SK_OK;
 	reply->values[0] = released;
+}
+
+/*
+ * A release announced on the channel (by this cluster or another sharing
+ * the Redis): wake the local waiters of that lock.
+ */
+void
+sk_lock_released(const char *key)
+{
+	char	   *head = psprintf("%s:{lock:", seckill_redis_prefix);
+	size_t		len = strlen(key);
+
+	if (strncmp(key, head, strlen(head)) != 0 || len <= strlen(head) || key[len - 1] != '}')
+		return;
+	wake_waiters(pnstrdup(key + strlen(head), len - strlen(head) - 1));
 }
 
 /* The caller of a lock request gave up before its answer: release the lock. */
@@ -341,10 +365,11 @@ sk_lock_keeper_tick(void)
 		for (int i = 0; i < njobs; i++)
 		{
 			const char *key = lock_key(jobs[i].name);
-			const char *args[2] = {jobs[i].owner, psprintf("%d", jobs[i].lease_ms)};
+			const char *args[2] = {jobs[i].owner,
+			jobs[i].release ? sk_lock_channel() : psprintf("%d", jobs[i].lease_ms)};
 
 			sk_pipeline_script(&p, jobs[i].release ? SK_SCRIPT_UNLOCK : SK_SCRIPT_RENEW, 1, &key,
-							   jobs[i].release ? 1 : 2, args);
+							   2, args);
 		}
 		r = sk_pipeline_exec(&p);
 		if (r == NULL)

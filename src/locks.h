@@ -57,6 +57,8 @@ extern void sk_lock_release(const SeckillRequest *request, SeckillReply *reply);
 extern uint32 seckill_lock_wait_hash(const char *name);
 extern bool seckill_lock_live(const SeckillLockEntry *e, TimestampTz now);
 extern void sk_lock_abandoned(const char *owner);
+extern char *sk_lock_channel(void);
+extern void sk_lock_released(const char *key);
 extern long sk_lock_keeper_tick(void);
 
 #endif							/* SECKILL_LOCKS_H */

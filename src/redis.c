@@ -53,21 +53,162 @@ static uint64 generation = 0;
 static TimestampTz next_attempt = 0;
 static int	backoff_ms = 0;
 
-/* latch, postmaster death, and the socket when connected */
+/* latch, postmaster death, and the sockets when connected */
 static WaitEventSet *wait_set = NULL;
 static int	socket_pos = -1;
+
+/*
+ * A second connection, subscribed to one channel: its messages go to a
+ * callback (the lock releases of other clusters).  Best effort: without it,
+ * whoever waits for the message looks again on a timer.
+ */
+static redisContext *sub_conn = NULL;
+static int	sub_pos = -1;
+static char *sub_channel = NULL;
+static void (*sub_callback) (const char *message) = NULL;
+
+static char *read_password(void);
 
 static void
 rebuild_wait_set(void)
 {
 	if (wait_set)
 		FreeWaitEventSet(wait_set);
-	wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+	/* latch, postmaster death, the connection and the subscription */
+	wait_set = CreateWaitEventSet(TopMemoryContext, 4);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	socket_pos = -1;
+	sub_pos = -1;
 	if (conn)
 		socket_pos = AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, conn->fd, NULL, NULL);
+	if (sub_conn)
+		sub_pos = AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, sub_conn->fd, NULL, NULL);
+}
+
+static void
+subscription_close(const char *why)
+{
+	if (sub_conn == NULL)
+		return;
+	if (why)
+		ereport(LOG,
+				(errmsg("seckill worker dropped its subscription to Redis channel \"%s\": %s",
+						sub_channel, why)));
+	redisFree(sub_conn);
+	sub_conn = NULL;
+}
+
+/* Read what the subscription has and hand its messages to the callback. */
+static void
+subscription_drain(void)
+{
+	void	   *raw = NULL;
+
+	if (redisBufferRead(sub_conn) == REDIS_ERR)
+	{
+		subscription_close(sub_conn->errstr[0] ? sub_conn->errstr : "read failed");
+		rebuild_wait_set();
+		return;
+	}
+	while (sub_conn != NULL && redisGetReplyFromReader(sub_conn, &raw) == REDIS_OK && raw != NULL)
+	{
+		redisReply *r = raw;
+
+		if (r->type == REDIS_REPLY_ERROR)
+		{
+			/* AUTH or SUBSCRIBE refused (an ACL without the channel) */
+			char	   *why = pstrdup(r->str);
+
+			freeReplyObject(raw);
+			subscription_close(why);
+			rebuild_wait_set();
+			return;
+		}
+		if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+			r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "message") == 0 &&
+			r->element[2]->type == REDIS_REPLY_STRING)
+		{
+			char	   *message = pstrdup(r->element[2]->str);
+
+			freeReplyObject(raw);
+			sub_callback(message);
+			continue;
+		}
+		freeReplyObject(raw);	/* the confirmations of AUTH and SUBSCRIBE */
+	}
+}
+
+/* Open the subscription next to a new main connection; failures only logged. */
+static void
+subscription_open(void)
+{
+	const char *argv[3];
+	char	   *password = NULL;
+	int			done = 0;
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout);
+
+	if (sub_channel == NULL || sub_conn != NULL)
+		return;
+	sub_conn = redisConnectNonBlock(seckill_redis_host, seckill_redis_port);
+	if (sub_conn == NULL || sub_conn->err)
+	{
+		if (sub_conn)
+			subscription_close(sub_conn->errstr);
+		sub_conn = NULL;
+		return;
+	}
+	if (seckill_redis_password_file[0] != '\0' && (password = read_password()) != NULL)
+	{
+		int			argc = 0;
+
+		argv[argc++] = "AUTH";
+		if (seckill_redis_user[0] != '\0')
+			argv[argc++] = seckill_redis_user;
+		argv[argc++] = password;
+		(void) redisAppendCommandArgv(sub_conn, argc, argv, NULL);
+		memset(password, 0, strlen(password));
+	}
+	argv[0] = "SUBSCRIBE";
+	argv[1] = sub_channel;
+	(void) redisAppendCommandArgv(sub_conn, 2, argv, NULL);
+	while (!done)
+	{
+		int			rc;
+
+		if (redisBufferWrite(sub_conn, &done) == REDIS_ERR)
+		{
+			subscription_close(sub_conn->errstr[0] ? sub_conn->errstr : "write failed");
+			return;
+		}
+		if (done)
+			break;
+		rc = WaitLatchOrSocket(NULL, WL_SOCKET_WRITEABLE | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							   sub_conn->fd,
+							   Max(TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline), 0),
+							   PG_WAIT_EXTENSION);
+		if (!(rc & WL_SOCKET_WRITEABLE))
+		{
+			subscription_close("no room to write within seckill.redis_timeout");
+			return;
+		}
+	}
+}
+
+/*
+ * Have every message on this channel handed to callback, from now on and
+ * after each reconnection.
+ */
+void
+sk_redis_subscribe(const char *channel, void (*callback) (const char *message))
+{
+	sub_channel = MemoryContextStrdup(TopMemoryContext, channel);
+	sub_callback = callback;
+	if (conn != NULL)
+	{
+		subscription_open();
+		rebuild_wait_set();
+	}
 }
 
 void
@@ -119,6 +260,7 @@ sk_redis_disconnect(const char *why)
 					conn_host, conn_port, last_error)));
 	redisFree(conn);
 	conn = NULL;
+	subscription_close(NULL);
 	rebuild_wait_set();
 }
 
@@ -166,6 +308,13 @@ wait_socket(uint32 events, TimestampTz deadline)
 		{
 			ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
+			continue;
+		}
+		if (ev.pos == sub_pos && sub_pos >= 0)
+		{
+			subscription_drain();
+			if (sub_pos < 0)
+				ModifyWaitEvent(wait_set, socket_pos, events, NULL);
 			continue;
 		}
 		if (ev.events & events)
@@ -581,6 +730,8 @@ sk_redis_connect(void)
 	backoff_ms = 0;
 	next_attempt = 0;
 	generation++;
+	subscription_open();
+	rebuild_wait_set();
 	ereport(LOG, (errmsg("seckill worker connected to Redis at %s:%d",
 						 seckill_redis_host, seckill_redis_port)));
 	return true;
@@ -602,6 +753,8 @@ sk_redis_wait_idle(long timeout_ms)
 	n = WaitEventSetWait(wait_set, timeout_ms, &ev, 1, PG_WAIT_EXTENSION);
 	if (n == 1 && (ev.events & WL_LATCH_SET))
 		ResetLatch(MyLatch);
+	else if (n == 1 && ev.pos == sub_pos && sub_pos >= 0)
+		subscription_drain();
 	else if (n == 1 && (ev.events & WL_SOCKET_READABLE) && conn != NULL)
 	{
 		if (redisBufferRead(conn) == REDIS_ERR)

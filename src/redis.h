@@ -60,6 +60,7 @@ extern void sk_redis_disconnect(const char *why);
 extern void sk_redis_reload(void);
 extern const char *sk_redis_error(void);
 extern void sk_redis_wait_idle(long timeout_ms);
+extern void sk_redis_subscribe(const char *channel, void (*callback) (const char *message));
 
 extern void sk_pipeline_init(SkPipeline *p);
 extern void sk_pipeline_add(SkPipeline *p, int argc, const char **argv, const size_t *lens);

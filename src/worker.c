@@ -804,6 +804,9 @@ seckill_worker_main(Datum main_arg)
 	seckill_fail_taken_slots("the seckill worker restarted while it held this request");
 	before_shmem_exit(worker_exit, 0);
 	sk_redis_init();
+	/* releases by other clusters sharing the Redis wake our lock waiters */
+	if (!sk_redlock_enabled())
+		sk_redis_subscribe(sk_lock_channel(), sk_lock_released);
 
 	MemoryContextSwitchTo(round_cxt);
 	seen_generation = cache_generation = pg_atomic_read_u32(&seckill_shared->install_generation);

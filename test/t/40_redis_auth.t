@@ -14,9 +14,9 @@ trap 'psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_user" -c "ALTER SYSTEM RES
 	-c "SELECT pg_reload_conf()" >/dev/null 2>&1; seckill_redis_cli ACL DELUSER seckill >/dev/null 2>&1' EXIT
 
 # the ACL the README documents
-is "$(seckill_redis_cli ACL SETUSER seckill on ">$secret" resetkeys '~seckill:*' resetchannels -@all \
+is "$(seckill_redis_cli ACL SETUSER seckill on ">$secret" resetkeys '~seckill:*' resetchannels '&seckill:*' -@all \
 	+evalsha +script\|load +hget +hgetall +hdel +hset +hmget +hexists +hincrby +hlen +scard \
-	+sadd +srem +sismember +set +get +del +exists +rename +expire +pexpire +time)" OK "Redis ACL user seckill created"
+	+sadd +srem +sismember +set +get +del +exists +rename +expire +pexpire +time +publish +subscribe)" OK "Redis ACL user seckill created"
 
 password_file() { # name content mode
 	printf '%s\n' "$2" >"$SECKILL_TMP/$1"

@@ -65,6 +65,29 @@ median=$(echo "$delays" | tr ' ' '\n' | sort -n | sed -n 3p)
 ok "[ -n \"$median\" ] && [ \"$median\" -lt 50 ]" \
 	"a waiter gets the lock right after the unlock, not at its next poll (ms after each of 5 unlocks: $delays)"
 
+# --- a release by another cluster sharing the Redis wakes the waiter ---------
+# (as that cluster's worker would: lua/unlock.lua announcing the release)
+prefix=$(psql_val "SHOW seckill.redis_prefix")
+unlock_sha=$(seckill_redis_cli SCRIPT LOAD "$(cat "$SECKILL_ROOT/lua/unlock.lua")")
+foreign=""
+for i in 1 2 3 4 5; do
+	seckill_redis_cli SET "$prefix:{lock:foreign}" other-cluster PX 10000 >/dev/null
+	psql -XAtq -c "SELECT seckill_lock('foreign', '5 s') IS NOT NULL" \
+		-c "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint" -c "SELECT seckill_unlock('foreign')" \
+		>"$work/foreign.out" 2>&1 &
+	waiter=$!
+	seckill_wait_for "[ -n \"\$(psql_val \"SELECT pid FROM pg_stat_activity WHERE query LIKE '%foreign'', ''5 s%'
+		AND pid <> pg_backend_pid()\")\" ]" 5
+	sleep 0.3 # the waiter's re-checks have reached their 100 ms ceiling by now
+	released=$(now_ms)
+	seckill_redis_cli EVALSHA "$unlock_sha" 1 "$prefix:{lock:foreign}" other-cluster "$prefix:lock-released" >/dev/null
+	wait "$waiter"
+	foreign="$foreign $(( $(sed -n 2p "$work/foreign.out") - released ))"
+done
+median=$(echo $foreign | tr ' ' '\n' | sort -n | sed -n 3p)
+ok "[ -n \"$median\" ] && [ \"$median\" -lt 15 ]" \
+	"another cluster's release wakes the waiter through Redis pub/sub (ms after each of 5:$foreign)"
+
 # --- a waiter cancelled while it waits ---------------------------------------
 psql -XAtq -c "SELECT seckill_lock('cancel-me')" -c "SELECT pg_sleep(2)" >/dev/null 2>&1 &
 holder=$!

@@ -1,9 +1,11 @@
 -- seckill 1.2: distributed locks for SQL callers, with fencing tokens.
 \echo Use "ALTER EXTENSION seckill UPDATE TO '1.2'" to load this file. \quit
 
--- Every acquisition of a lock gets the next value: a fencing token that only
--- grows, even across a Redis failover (a Redis counter could go back).
-CREATE SEQUENCE seckill.fence_tokens;
+-- Every acquisition of a lock gets a fencing token that only grows, even
+-- across a Redis failover (a Redis counter could go back).  The worker takes
+-- them in blocks of 1000 (one nextval per block) and hands them out in the
+-- order of the grants.
+CREATE SEQUENCE seckill.fence_tokens INCREMENT BY 1000;
 
 -- The newest token that wrote under each lock name.
 CREATE TABLE seckill.fences (
@@ -53,7 +55,7 @@ BEGIN
 			USING ERRCODE = 'reserved_name';
 	END IF;
 	-- a token never issued would fence the name off for good
-	IF token > (SELECT s.last_value FROM seckill.fence_tokens s) THEN
+	IF token > (SELECT s.last_value + 999 FROM seckill.fence_tokens s) THEN
 		RAISE EXCEPTION 'fencing token % was never issued', token
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Pass the token seckill_lock() returned.';

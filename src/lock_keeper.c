@@ -148,9 +148,14 @@ sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
 	 */
 	PG_TRY();
 	{
-		store_begin("seckill: fencing token");
-		token = store_fence_token();
-		store_commit();
+		if (store_fence_token_needs_block())
+		{
+			store_begin("seckill: fencing tokens");
+			token = store_fence_token();
+			store_commit();
+		}
+		else
+			token = store_fence_token();
 	}
 	PG_CATCH();
 	{

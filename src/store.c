@@ -19,6 +19,7 @@
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "pgstat.h"
+#include "shmem.h"
 #include "token.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -528,14 +529,44 @@ store_set_state(int64 campaign_id, const char *state)
 		2, types, values, SPI_OK_UPDATE);
 }
 
-/* Inside a transaction: the next fencing token, from a sequence that only grows. */
+/*
+ * Fencing tokens come in blocks of FENCE_BLOCK from seckill.fence_tokens
+ * (INCREMENT BY 1000), handed out in the order of the grants: the worker is
+ * their only giver, and a new worker (or installation) starts a new block,
+ * above every token given before.
+ */
+#define FENCE_BLOCK 1000
+
+static int64 fence_next = 0;
+static int64 fence_last = -1;
+static uint32 fence_generation = 0;
+
+/* Does the next fencing token need a transaction (a new block)? */
+bool
+store_fence_token_needs_block(void)
+{
+	if (pg_atomic_read_u32(&seckill_shared->install_generation) != fence_generation)
+	{
+		fence_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
+		fence_next = 0;
+		fence_last = -1;
+	}
+	return fence_next > fence_last;
+}
+
+/* The next fencing token; inside a transaction when a new block is needed. */
 int64
 store_fence_token(void)
 {
-	bool		isnull;
+	if (store_fence_token_needs_block())
+	{
+		bool		isnull;
 
-	run("SELECT nextval('seckill.fence_tokens')", 0, NULL, NULL, SPI_OK_SELECT);
-	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		run("SELECT nextval('seckill.fence_tokens')", 0, NULL, NULL, SPI_OK_SELECT);
+		fence_next = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		fence_last = fence_next + FENCE_BLOCK - 1;
+	}
+	return fence_next++;
 }
 
 /*

@@ -74,6 +74,7 @@ extern List *store_preheated_campaigns(void);
 extern List *store_buyers(int64 campaign_id);
 extern void store_set_state(int64 campaign_id, const char *state);
 extern void store_set_limits(int64 campaign_id, const SeckillLimits *limits);
+extern bool store_fence_token_needs_block(void);
 extern int64 store_fence_token(void);
 extern void store_fence(const char *name, int64 token);
 

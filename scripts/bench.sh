@@ -234,52 +234,42 @@ if [ "$soak" -gt 0 ]; then
 fi
 
 # --- the report --------------------------------------------------------------------
+# table rows labels ratio-rows sync-off: a Markdown line per row (labels
+# separated by ;) and clients count from the cells, with calls/s as a ratio
+# to each ratio row, and the synchronous_commit = off figure when asked
+table() {
+	awk -v clients="$clients" -v rows="$1" -v labels="$2" -v ratios="$3" -v off="$4" '
+		BEGIN {
+			n = split(clients, cl, " "); nr = split(rows, row, " "); split(labels, label, ";")
+			nq = split(ratios, ratio, " ")
+		}
+		{ key = $1 " " $2 " " $3; tps[key] = $4; p50[key] = $5; p99[key] = $6 }
+		END {
+			for (r = 1; r <= nr; r++)
+				for (i = 1; i <= n; i++) {
+					c = cl[i]; k = row[r] " on " c
+					if (!(k in tps)) continue
+					line = sprintf("| %s | %s | %s | %s | %s | %s |", row[r], label[r], c, tps[k], p50[k], p99[k])
+					for (q = 1; q <= nq; q++)
+						line = line sprintf(" %.2f |", tps[k] / tps[ratio[q] " on " c])
+					if (off)
+						line = line sprintf(" %s |", (row[r] " off " c) in tps ? tps[row[r] " off " c] : "–")
+					print line
+				}
+		}' "$results"
+}
+
 purchases=$((p1 - p0))
 {
 	echo "| row | what | clients | calls/s | p50 ms | p99 ms | × row 1 | × row 2 | calls/s, sync off |"
 	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
-	awk -v clients="$clients" '
-		BEGIN {
-			what["1"] = "SELECT 1"; what["2"] = "naive UPDATE + INSERT"
-			what["3"] = "SELECT FOR UPDATE, UPDATE, INSERT"; what["4"] = "seckill_buy, stock lasts"
-			what["5"] = "seckill_buy, sold out"; what["6a"] = "Redis alone, buy.lua"
-			what["6b"] = "Redis alone, buy.lua, pipeline 16"
-			n = split(clients, cl, " ")
-		}
-		{ key = $1 " " $2 " " $3; tps[key] = $4; p50[key] = $5; p99[key] = $6 }
-		END {
-			split("1 2 3 4 5 6a 6b", rows, " ")
-			for (r = 1; r <= 7; r++)
-				for (i = 1; i <= n; i++) {
-					c = cl[i]; k = rows[r] " on " c
-					if (!(k in tps)) continue
-					off = (rows[r] " off " c) in tps ? tps[rows[r] " off " c] : "–"
-					printf "| %s | %s | %s | %s | %s | %s | %.2f | %.1f | %s |\n", rows[r], what[rows[r]], c,
-						tps[k], p50[k], p99[k], tps[k] / tps["1 on " c], tps[k] / tps["2 on " c], off
-				}
-		}' "$results"
+	table "1 2 3 4 5 6a 6b" "SELECT 1;naive UPDATE + INSERT;SELECT FOR UPDATE, UPDATE, INSERT;seckill_buy, stock lasts;seckill_buy, sold out;Redis alone, buy.lua;Redis alone, buy.lua, pipeline 16" "1 2" 1
 	echo
 	echo "What each traffic feature costs a purchase (row 4 on a campaign with it):"
 	echo
 	echo "| row | feature | clients | calls/s | p50 ms | p99 ms | × row 4 |"
 	echo "|---|---|---:|---:|---:|---:|---:|"
-	awk -v clients="$clients" '
-		BEGIN {
-			what["4r"] = "rate limits per user and address"; what["4t"] = "one-time token, issued and spent"
-			what["4s"] = "8 stock shards"
-			n = split(clients, cl, " ")
-		}
-		{ key = $1 " " $2 " " $3; tps[key] = $4; p50[key] = $5; p99[key] = $6 }
-		END {
-			split("4r 4t 4s", rows, " ")
-			for (r = 1; r <= 3; r++)
-				for (i = 1; i <= n; i++) {
-					c = cl[i]; k = rows[r] " on " c
-					if (!(k in tps)) continue
-					printf "| %s | %s | %s | %s | %s | %s | %.2f |\n", rows[r], what[rows[r]], c,
-						tps[k], p50[k], p99[k], tps[k] / tps["4 on " c]
-				}
-		}' "$results"
+	table "4r 4t 4s" "rate limits per user and address;one-time token, issued and spent;8 stock shards" "4" 0
 	echo
 	if [ "$purchases" -gt 0 ]; then
 		echo "Worker, rows 4 and 5 with synchronous_commit = on: $purchases purchases in $((r1 - r0)) rounds" \

@@ -36,15 +36,6 @@ sk_lock_channel(void)
 	return psprintf("%s:lock-released", seckill_redis_prefix);
 }
 
-static SeckillLockEntry *
-entry_of(const char *owner)
-{
-	for (int i = 0; i < seckill_max_locks; i++)
-		if (seckill_locks[i].state != LOCK_FREE && strcmp(seckill_locks[i].owner, owner) == 0)
-			return &seckill_locks[i];
-	return NULL;
-}
-
 /* Wake the backends waiting for this lock: it was just released. */
 static void
 wake_waiters(const char *name)
@@ -63,7 +54,7 @@ record(const SeckillRequest *request, SeckillLockState state, TimestampTz since)
 	SeckillLockEntry *e = NULL;
 
 	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
-	if (entry_of(request->lock.owner) == NULL)
+	if (seckill_lock_of_owner(request->lock.owner) == NULL)
 		for (int i = 0; e == NULL && i < seckill_max_locks; i++)
 			if (seckill_locks[i].state == LOCK_FREE)
 				e = &seckill_locks[i];
@@ -223,7 +214,7 @@ sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
 	{
 		/* the keeper tries again; until then the lease may run out */
 		LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
-		e = entry_of(owner);
+		e = seckill_lock_of_owner(owner);
 		if (e != NULL)
 			e->state = LOCK_RELEASE;
 		LWLockRelease(seckill_shared->locks_lock);
@@ -234,7 +225,7 @@ sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
 		return;
 	}
 	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
-	e = entry_of(owner);
+	e = seckill_lock_of_owner(owner);
 	if (e != NULL)
 		e->state = LOCK_FREE;
 	LWLockRelease(seckill_shared->locks_lock);
@@ -256,20 +247,6 @@ sk_lock_released(const char *key)
 	if (strncmp(key, head, strlen(head)) != 0 || len <= strlen(head) || key[len - 1] != '}')
 		return;
 	wake_waiters(pnstrdup(key + strlen(head), len - strlen(head) - 1));
-}
-
-/* The caller of a lock request gave up before its answer: release the lock. */
-void
-sk_lock_abandoned(const char *owner)
-{
-	SeckillLockEntry *e;
-
-	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
-	e = entry_of(owner);
-	if (e != NULL && e->state == LOCK_HELD)
-		e->state = LOCK_RELEASE;
-	LWLockRelease(seckill_shared->locks_lock);
-	pg_atomic_write_u32(&seckill_shared->locks_changed, 1);
 }
 
 /* Work the keeper found due, copied out of the table. */
@@ -386,7 +363,7 @@ sk_lock_keeper_tick(void)
 	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
 	for (int i = 0; i < njobs; i++)
 	{
-		SeckillLockEntry *e = entry_of(jobs[i].owner);
+		SeckillLockEntry *e = seckill_lock_of_owner(jobs[i].owner);
 
 		if (e == NULL)
 			continue;

@@ -105,14 +105,29 @@ wake_keeper(void)
 		SetLatch(seckill_shared->worker_latch);
 }
 
-/* Hand the lock of this owner token to the worker to release. */
-static void
-hand_back(const char *owner)
+/* The table's entry of this owner token, in any state but free; under locks_lock. */
+SeckillLockEntry *
+seckill_lock_of_owner(const char *owner)
 {
-	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
 	for (int i = 0; i < seckill_max_locks; i++)
-		if (seckill_locks[i].state == LOCK_HELD && strcmp(seckill_locks[i].owner, owner) == 0)
-			seckill_locks[i].state = LOCK_RELEASE;
+		if (seckill_locks[i].state != LOCK_FREE && strcmp(seckill_locks[i].owner, owner) == 0)
+			return &seckill_locks[i];
+	return NULL;
+}
+
+/*
+ * Hand the lock of this owner token, if held, to the worker to release: its
+ * caller gave up or could not release it now.
+ */
+void
+seckill_lock_hand_back(const char *owner)
+{
+	SeckillLockEntry *e;
+
+	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	e = seckill_lock_of_owner(owner);
+	if (e != NULL && e->state == LOCK_HELD)
+		e->state = LOCK_RELEASE;
 	LWLockRelease(seckill_shared->locks_lock);
 	wake_keeper();
 }
@@ -279,7 +294,7 @@ lock_common(FunctionCallInfo fcinfo, bool xact)
 			 * The worker may have taken the lease for a caller that is gone:
 			 * give it back, or the worker does when its answer finds nobody.
 			 */
-			hand_back(request.lock.owner);
+			seckill_lock_hand_back(request.lock.owner);
 			PG_RE_THROW();
 		}
 		PG_END_TRY();
@@ -380,7 +395,7 @@ seckill_unlock(PG_FUNCTION_ARGS)
 		reply = seckill_call(&request);
 		if (reply.status == SK_ERR_REDIS || reply.status == SK_ERR_REDIS_REFUSED)
 		{
-			hand_back(request.lock.owner);
+			seckill_lock_hand_back(request.lock.owner);
 			/* the worker gives the lease back once Redis answers */
 			ereport(WARNING,
 					(errcode(ERRCODE_CONNECTION_FAILURE),

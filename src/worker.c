@@ -754,7 +754,7 @@ serve_round(const int *slots, int n)
 		serve_admin(&items[i].request, &items[i].reply);
 		if (!answer(&items[i]) && items[i].request.kind == SK_REQ_LOCK &&
 			items[i].reply.status == SK_OK)
-			sk_lock_abandoned(items[i].request.lock.owner);
+			seckill_lock_hand_back(items[i].request.lock.owner);
 	}
 }
 

@@ -103,26 +103,19 @@ UPDATE bench.stock SET remaining = remaining - 1 WHERE id = 2 AND remaining > 0;
 INSERT INTO bench.orders (item, user_id) VALUES (2, 'p' || :u);
 COMMIT;
 SQL
-cat >"$work/buy.sql" <<SQL
-\\set u random(1, 1000000000000000000)
-SELECT status FROM seckill_buy('b' || :u, '$big');
-SQL
-cat >"$work/rate.sql" <<SQL
-\\set u random(1, 1000000000000000000)
-SELECT status FROM seckill_buy('r' || :u, '$rate');
-SQL
-cat >"$work/token.sql" <<SQL
-\\set u random(1, 1000000000000000000)
-SELECT status FROM seckill_buy('t' || :u, '$tok', 1, seckill_token('t' || :u, '$tok'));
-SQL
-cat >"$work/shards.sql" <<SQL
-\\set u random(1, 1000000000000000000)
-SELECT status FROM seckill_buy('h' || :u, '$sharded');
-SQL
-cat >"$work/soldout.sql" <<SQL
-\\set u random(1, 1000000000000000000)
-SELECT status FROM seckill_buy('s' || :u, '$gone');
-SQL
+# buy_script file goods [token]: a purchase by a new user each call (with a
+# token issued for it in the same statement)
+buy_script() {
+	local token=
+	[ "${3:-}" = token ] && token=", 1, seckill_token('u' || :u, '$2')"
+	printf '%s\n' '\set u random(1, 1000000000000000000)' \
+		"SELECT status FROM seckill_buy('u' || :u, '$2'$token);" >"$work/$1"
+}
+buy_script buy.sql "$big"
+buy_script rate.sql "$rate"
+buy_script token.sql "$tok" token
+buy_script shards.sql "$sharded"
+buy_script soldout.sql "$gone"
 
 # synchronous_commit for every session and for the worker's commits
 set_sync() {

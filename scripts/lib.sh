@@ -250,10 +250,15 @@ seckill_on_exit() {
 # seckill_pgbench dir clients seconds script: runs pgbench with the script,
 # keeping its output and per-transaction log in dir, and prints
 # "calls/s latency-average p50 p99" (ms).  Returns pgbench's status.
+# seconds may also be "-t N": N calls per client, however long they take.
 seckill_pgbench() {
-	local dir=$1 clients=$2 seconds=$3 script=$4 rc=0 tps avg pct
+	local dir=$1 clients=$2 seconds=$3 script=$4 rc=0 tps avg pct limit
+	case $seconds in
+	-t*) read -ra limit <<<"$seconds" ;;
+	*) limit=(-T "$seconds") ;;
+	esac
 	mkdir -p "$dir"
-	pgbench -n -M prepared -c "$clients" -j "$(nproc)" -T "$seconds" -f "$script" \
+	pgbench -n -M prepared -c "$clients" -j "$(nproc)" "${limit[@]}" -f "$script" \
 		--log --log-prefix="$dir/txn" >"$dir/pgbench.out" 2>&1 || rc=$?
 	tps=$(sed -nE 's/^tps = ([0-9]+)\..*/\1/p' "$dir/pgbench.out")
 	avg=$(sed -nE 's/^latency average = ([0-9.]+) ms$/\1/p' "$dir/pgbench.out")

@@ -37,8 +37,13 @@ seckill_wait_for "[ \$(psql_val \"$waiting\") -ge 10 ]" 10
 ok "[ $? -eq 0 ]" "callers wait on the stuck worker"
 cancelled=$(psql_val "SELECT count(pg_cancel_backend(pid)) FROM (SELECT pid FROM pg_stat_activity
 	WHERE wait_event_type = 'Extension' AND query LIKE '%try_buy%' LIMIT 5) w")
-terminated=$(psql_val "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity
-	WHERE wait_event_type = 'Extension' AND query LIKE '%try_buy%' LIMIT 5) w")
+# the worker fails a stalled round's callers all at once: look again until some wait
+terminate() {
+	terminated=$(psql_val "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity
+		WHERE wait_event_type = 'Extension' AND query LIKE '%try_buy%' LIMIT 5) w")
+	[ "$terminated" -gt 0 ]
+}
+seckill_wait_for terminate 3
 ok "[ $cancelled -gt 0 ] && [ $terminated -gt 0 ]" "$cancelled waiting callers cancelled, $terminated terminated"
 wait "$flood"
 kill -CONT "$redis_pid"
@@ -48,7 +53,9 @@ diag "flood answers: $(psql_val "SELECT string_agg(status || '=' || n || ' (max 
 ok "[ $(psql_val "SELECT count(*) FROM stampede_answers WHERE status = 'busy'") -gt 100 ]" "past the bound: busy"
 p99=$(psql_val "SELECT round(percentile_cont(0.99) WITHIN GROUP (ORDER BY took_ms)::numeric, 2)
 	FROM stampede_answers WHERE status = 'busy'")
-ok "awk -v p='$p99' 'BEGIN { exit !(p < 10) }'" "busy answers come at once: p99 $p99 ms (the stalled ones wait up to 2 s)"
+# The stalled ones wait for the worker, a second or more; busy answers never
+# do.  The bound leaves room for 128 clients on two cores.
+ok "awk -v p='$p99' 'BEGIN { exit !(p < 500) }'" "busy answers come without waiting for the worker: p99 $p99 ms (the stalled ones wait 1-2 s)"
 is "$(psql_val "SELECT count(*) FROM stampede_answers WHERE took_ms > 6000")" 0 \
 	"no call waited past the request timeout"
 is "$(psql_val "SELECT count(*) FROM stampede_answers WHERE status NOT IN ('busy', 'error')")" 0 \

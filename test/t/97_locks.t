@@ -79,8 +79,9 @@ for i in 1 2 3 4 5; do
 	seckill_wait_for "[ -n \"\$(psql_val \"SELECT pid FROM pg_stat_activity WHERE query LIKE '%foreign'', ''5 s%'
 		AND pid <> pg_backend_pid()\")\" ]" 5
 	sleep 0.3 # the waiter's re-checks have reached their 100 ms ceiling by now
-	released=$(now_ms)
-	seckill_redis_cli EVALSHA "$unlock_sha" 1 "$prefix:{lock:foreign}" other-cluster "$prefix:lock-released" >/dev/null
+	# the release's time by Redis' clock, read right after it: no client start-up in the figure
+	released=$(printf 'EVALSHA %s 1 %s other-cluster %s\nTIME\n' "$unlock_sha" "$prefix:{lock:foreign}" \
+		"$prefix:lock-released" | seckill_redis_cli | sed -n '2,3p' | paste -sd' ' | awk '{ printf "%.0f", $1 * 1000 + int($2 / 1000) }')
 	wait "$waiter"
 	foreign="$foreign $(( $(sed -n 2p "$work/foreign.out") - released ))"
 done

@@ -194,6 +194,7 @@ seckill_start_servers() {
 		echo "seckill.redis_host = '127.0.0.1'"
 		echo "seckill.redis_port = $SECKILL_REDIS_PORT"
 		echo "max_connections = 300"
+		echo "max_prepared_transactions = 8"
 		echo "shared_buffers = 256MB"
 		echo "logging_collector = off"
 		echo "log_min_messages = info"

@@ -173,13 +173,30 @@ seckill_cancel(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text("cancelled"));
 }
 
-/* seckill.release_campaign(campaign_id) RETURNS (released, released_qty) */
+/*
+ * seckill.release_campaign(campaign_id) RETURNS (released, released_qty).
+ * One request to the worker per batch: between them it serves the
+ * purchases that came in, so a release of any size never stops a sale.
+ */
 Datum
 seckill_release_campaign(PG_FUNCTION_ARGS)
 {
-	SeckillReply reply = seckill_call_checked(SK_REQ_RELEASE, PG_GETARG_INT64(0), NULL, 0);
+	int64		campaign_id = PG_GETARG_INT64(0);
+	int64		total[2] = {0, 0};
+	SeckillReply reply;
 
-	return values_row(fcinfo, reply.values, 2);
+	do
+	{
+		CHECK_FOR_INTERRUPTS();
+		reply = seckill_call_checked(SK_REQ_RELEASE, campaign_id, NULL, 0);
+		total[0] += reply.values[0];
+		total[1] += reply.values[1];
+	} while (reply.values[2] != 0);
+	if (total[0] > 0)
+		ereport(LOG,
+				(errmsg("seckill released " INT64_FORMAT " unpaid order(s) of campaign " INT64_FORMAT " (" INT64_FORMAT " item(s))",
+						total[0], campaign_id, total[1])));
+	return values_row(fcinfo, total, 2);
 }
 
 /* seckill_restock(goods text, delta int) RETURNS int: the new total_stock */

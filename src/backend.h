@@ -23,6 +23,8 @@ typedef struct CampaignInfo
 	SeckillLimits limits;
 } CampaignInfo;
 
+extern int	seckill_spi_begin(void);
+extern void seckill_spi_end(int level);
 extern char *seckill_id_arg(FunctionCallInfo fcinfo, int argno, const char *name, int maxlen);
 extern bool seckill_campaign_by_goods(const char *goods, CampaignInfo *info);
 extern int64 seckill_open_campaign_id(const char *goods);

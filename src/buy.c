@@ -21,6 +21,7 @@
 #include "store.h"
 #include "token.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/inet.h"
 #include "utils/timestamp.h"
 
@@ -53,6 +54,32 @@ seckill_id_arg(FunctionCallInfo fcinfo, int argno, const char *name, int maxlen)
 }
 
 /*
+ * SPI in a backend under an empty search_path, like the worker's: a
+ * superuser who calls seckill runs nothing that the owner of a schema on
+ * the caller's search_path planted (an operator, a function).  Returns the
+ * GUC nest level for seckill_spi_end; an error unwinds both.
+ */
+int
+seckill_spi_begin(void)
+{
+	int			level;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	level = NewGUCNestLevel();
+	(void) set_config_option("search_path", "", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return level;
+}
+
+void
+seckill_spi_end(int level)
+{
+	AtEOXact_GUC(true, level);
+	SPI_finish();
+}
+
+/*
  * The campaign for this goods in seckill.campaigns: the open one, else the
  * latest closed one.  False when there is none.
  */
@@ -64,9 +91,8 @@ seckill_campaign_by_goods(const char *goods, CampaignInfo *info)
 	Datum		values[1] = {CStringGetTextDatum(goods)};
 	bool		found = false;
 	bool		isnull;
+	int			level = seckill_spi_begin();
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
 	if (plan == NULL)
 	{
 		plan = SPI_prepare("SELECT id, state, starts_at, ends_at, per_user_limit, "
@@ -93,7 +119,7 @@ seckill_campaign_by_goods(const char *goods, CampaignInfo *info)
 		store_limits_from_tuple(tup, desc, 6, &info->limits);
 		found = true;
 	}
-	SPI_finish();
+	seckill_spi_end(level);
 	return found;
 }
 
@@ -141,7 +167,7 @@ seckill_reply_checked(SeckillRequestKind kind, SeckillReply reply)
 			break;
 		case SK_ERR_WORKER:
 			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
+					(errcode(reply.sqlerrcode ? reply.sqlerrcode : ERRCODE_CONNECTION_FAILURE),
 					 errmsg("%s", reply.message),
 					 kind == SK_REQ_BUY ?
 					 errhint("The purchase was either committed or will be given back; call seckill_order() to learn which.") :
@@ -396,9 +422,10 @@ seckill_order(PG_FUNCTION_ARGS)
 		Oid			types[2] = {INT8OID, TEXTOID};
 		Datum		args[2] = {Int64GetDatum(info.id), CStringGetTextDatum(user_id)};
 
+		int			level;
+
 		(void) seckill_call_checked(SK_REQ_BARRIER, info.id, NULL, 0);
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
+		level = seckill_spi_begin();
 		if (SPI_execute_with_args("SELECT status, id, qty, created_at FROM seckill.orders "
 								  "WHERE campaign_id = $1 AND user_id = $2 "
 								  "ORDER BY status <> 'cancelled' DESC, id DESC LIMIT 1",
@@ -417,7 +444,7 @@ seckill_order(PG_FUNCTION_ARGS)
 				nulls[i] = false;
 			}
 		}
-		SPI_finish();
+		seckill_spi_end(level);
 	}
 	values[0] = CStringGetTextDatum(status);
 	return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));

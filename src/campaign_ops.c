@@ -27,8 +27,13 @@
 /* Users per SADD when staging buyers. */
 #define STAGE_CHUNK 1000
 
-/* Orders cancelled per transaction by seckill_release_expired(). */
-#define RELEASE_BATCH 1000
+/*
+ * Orders cancelled per request by seckill_release_expired(): as many as take
+ * about RELEASE_BUDGET_MS of the worker's time, so that the purchases queued
+ * meanwhile wait no longer than that.
+ */
+#define RELEASE_BUDGET_MS 3
+static int	release_batch = 100;
 
 static uint64 lock_counter = 0;
 
@@ -709,7 +714,10 @@ restock(const SkCancelled *c)
 	int			nshards = campaign_shards(c->campaign_id);
 	const char **args = palloc(sizeof(char *) * (2 + list_length(c->users)));
 	int		   *sent = palloc(sizeof(int) * nshards);
-	int			nsent = 0;
+	int		   *sent_qty = palloc(sizeof(int) * nshards);
+	int			nsent = 0,
+				lost = 0;
+	const char *why = NULL;
 
 	/* each shard gets back the stock of the buyers whose home it is */
 	sk_pipeline_init(&p);
@@ -734,21 +742,25 @@ restock(const SkCancelled *c)
 		args[0] = psprintf("%d", qty);
 		args[1] = c->rebuy ? "1" : "0";
 		sk_pipeline_script(&p, SK_SCRIPT_RESTOCK, 2, keys, nargs, args);
-		sent[nsent++] = shard;
+		sent[nsent] = shard;
+		sent_qty[nsent++] = qty;
 	}
 	r = sk_pipeline_exec(&p);
 	for (int i = 0; i < nsent; i++)
 	{
 		if (r == NULL || sk_reply_is_error(&r[i]))
 		{
-			ereport(WARNING,
-					(errmsg("seckill could not give %d item(s) of campaign " INT64_FORMAT " back to Redis: %s",
-							c->qty, c->campaign_id, r ? r[i].str : sk_redis_error()),
-					 errhint("seckill_reconcile() puts them back from PostgreSQL.")));
-			return;
+			lost += sent_qty[i];
+			why = r ? r[i].str : sk_redis_error();
+			continue;
 		}
 		sk_note_stock(c->campaign_id, sent[i], sk_reply_int(&r[i]));
 	}
+	if (lost > 0)
+		ereport(WARNING,
+				(errmsg("seckill could not give %d item(s) of campaign " INT64_FORMAT " back to Redis: %s",
+						lost, c->campaign_id, why),
+				 errhint("seckill_reconcile() puts them back from PostgreSQL.")));
 }
 
 static void
@@ -776,32 +788,35 @@ cancel_order(int64 order_id, SeckillReply *reply)
 	reply->status = SK_OK;
 }
 
-/* Cancel the campaign's unpaid orders past its payment timeout, a batch per transaction. */
+/*
+ * Cancel one batch of the campaign's unpaid orders past its payment
+ * timeout; values[2] says whether more may be left.  The caller asks again
+ * for the next batch, so that purchases are served in between.
+ */
 static void
 release_locked(int64 id, SeckillReply *reply)
 {
+	SkCancelled c = {0};
+	int			batch = release_batch;
 	int			n;
+	TimestampTz start = GetCurrentTimestamp();
+	int64		took;
 
+	store_begin("seckill: release expired orders");
+	fence();
+	n = store_release_expired(id, batch, &c);
+	store_commit();
+	if (n > 0)
+		restock(&c);
 	reply->status = SK_OK;
-	do
-	{
-		SkCancelled c = {0};
+	reply->values[0] = n;
+	reply->values[1] = c.qty;
+	reply->values[2] = n == batch;
 
-		CHECK_FOR_INTERRUPTS();
-		keep_lease();
-		store_begin("seckill: release expired orders");
-		fence();
-		n = store_release_expired(id, RELEASE_BATCH, &c);
-		store_commit();
-		if (n > 0)
-			restock(&c);
-		reply->values[0] += n;
-		reply->values[1] += c.qty;
-	} while (n == RELEASE_BATCH);
-	if (reply->values[0] > 0)
-		ereport(LOG,
-				(errmsg("seckill released " INT64_FORMAT " unpaid order(s) of campaign " INT64_FORMAT " (" INT64_FORMAT " item(s))",
-						reply->values[0], id, reply->values[1])));
+	/* half way towards the size that fits the budget */
+	took = Max(GetCurrentTimestamp() - start, 1);
+	if (n == batch)
+		release_batch = Max(10, Min(10000, (batch + batch * RELEASE_BUDGET_MS * 1000 / took) / 2));
 }
 
 /*

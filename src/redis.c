@@ -46,6 +46,9 @@ static int	conn_port = 0;
 static char *conn_user = NULL;
 static char *conn_password_file = NULL;
 
+/* A pipeline is out and its replies not all read: the connection is mid-request. */
+static bool in_flight = false;
+
 /* Bumped by every successful connection: the worker replays after each. */
 static uint64 generation = 0;
 
@@ -265,6 +268,18 @@ sk_redis_disconnect(const char *why)
 }
 
 /*
+ * After an error broke off a round: a connection left mid-request cannot be
+ * reused, since its next reply would be an earlier command's.
+ */
+void
+sk_redis_abandon(void)
+{
+	if (in_flight)
+		sk_redis_disconnect("a round was broken off while Redis was answering");
+	in_flight = false;
+}
+
+/*
  * After a configuration reload: reconnect when the Redis settings changed,
  * and retry at once when disconnected, since the new settings may be the fix.
  */
@@ -413,11 +428,13 @@ send_and_read(SkPipeline *p, SkReply *out)
 
 	if (redisAppendFormattedCommand(conn, p->buf.data, p->buf.len) != REDIS_OK)
 		return fail("could not queue a Redis command");
+	in_flight = true;
 	if (!flush_output(deadline))
 		return false;
 	pg_atomic_fetch_add_u64(&seckill_shared->counters.redis_round_trips, 1);
 	if (!read_replies(out, p->count, deadline))
 		return false;
+	in_flight = false;
 	seckill_hist_record(&seckill_shared->redis_latency, GetCurrentTimestamp() - start);
 	return true;
 }
@@ -427,6 +444,8 @@ sk_pipeline_init(SkPipeline *p)
 {
 	initStringInfo(&p->buf);
 	p->count = 0;
+	p->max = 16;
+	p->ends = palloc(sizeof(int) * p->max);
 }
 
 /* Append one command, binary-safe, in RESP. */
@@ -442,7 +461,12 @@ sk_pipeline_add(SkPipeline *p, int argc, const char **argv, const size_t *lens)
 		appendBinaryStringInfo(&p->buf, argv[i], len);
 		appendBinaryStringInfo(&p->buf, "\r\n", 2);
 	}
-	p->count++;
+	if (p->count == p->max)
+	{
+		p->max *= 2;
+		p->ends = repalloc(p->ends, sizeof(int) * p->max);
+	}
+	p->ends[p->count++] = p->buf.len;
 }
 
 void
@@ -494,24 +518,26 @@ load_scripts(void)
 }
 
 static bool
-any_noscript(const SkReply *r, int n)
+is_noscript(const SkReply *r)
 {
-	for (int i = 0; i < n; i++)
-		if (r[i].type == REDIS_REPLY_ERROR && strncmp(r[i].str, "NOSCRIPT", 8) == 0)
-			return true;
-	return false;
+	return r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
+
+/* Times the scripts are loaded again for one pipeline before its NOSCRIPT replies stand. */
+#define NOSCRIPT_RETRIES 3
 
 /*
  * Send the pipeline and read all its replies.  NULL when Redis failed: the
  * connection is then closed and sk_redis_error() says why.  When Redis has
- * lost the scripts (SCRIPT FLUSH, restart behind a proxy) they are loaded
- * again and the pipeline resent once: every script is idempotent.
+ * lost the scripts (SCRIPT FLUSH, a restart behind a proxy) they are loaded
+ * again, and the commands that answered NOSCRIPT, which did not run, are
+ * sent once more; the others ran and are not repeated.
  */
 SkReply *
 sk_pipeline_exec(SkPipeline *p)
 {
 	SkReply    *replies;
+	int		   *which;
 
 	if (conn == NULL)
 		return NULL;
@@ -520,11 +546,31 @@ sk_pipeline_exec(SkPipeline *p)
 	replies = palloc0(sizeof(SkReply) * p->count);
 	if (!send_and_read(p, replies))
 		return NULL;
-	if (any_noscript(replies, p->count))
+
+	which = palloc(sizeof(int) * p->count);
+	for (int attempt = 0; attempt < NOSCRIPT_RETRIES; attempt++)
 	{
+		SkPipeline	again;
+		SkReply    *more;
+
+		sk_pipeline_init(&again);
+		for (int i = 0; i < p->count; i++)
+		{
+			int			start = i == 0 ? 0 : p->ends[i - 1];
+
+			if (!is_noscript(&replies[i]))
+				continue;
+			appendBinaryStringInfo(&again.buf, p->buf.data + start, p->ends[i] - start);
+			which[again.count++] = i;
+		}
+		if (again.count == 0)
+			break;
 		ereport(LOG, (errmsg("seckill worker reloads its Lua scripts into Redis")));
-		if (!load_scripts() || !send_and_read(p, replies))
+		more = palloc0(sizeof(SkReply) * again.count);
+		if (!load_scripts() || !send_and_read(&again, more))
 			return NULL;
+		for (int i = 0; i < again.count; i++)
+			replies[which[i]] = more[i];
 	}
 	return replies;
 }

@@ -50,6 +50,8 @@ typedef struct SkPipeline
 {
 	StringInfoData buf;
 	int			count;
+	int		   *ends;			/* where each command ends in buf */
+	int			max;			/* room in ends */
 } SkPipeline;
 
 extern void sk_redis_init(void);
@@ -57,6 +59,7 @@ extern bool sk_redis_connect(void);
 extern bool sk_redis_connected(void);
 extern uint64 sk_redis_generation(void);
 extern void sk_redis_disconnect(const char *why);
+extern void sk_redis_abandon(void);
 extern void sk_redis_reload(void);
 extern const char *sk_redis_error(void);
 extern void sk_redis_wait_idle(long timeout_ms);

@@ -40,6 +40,8 @@ int			seckill_batch_size = 1000;
 int			seckill_max_queue = 0;
 int			seckill_max_campaigns = 64;
 int			seckill_lock_lease = 30000;
+int			seckill_worker_lock_timeout = 100;
+int			seckill_worker_statement_timeout = 10000;
 int			seckill_max_locks = 256;
 int			seckill_lock_max_hold = 3600 * 1000;
 int			seckill_crash_point = SK_CRASH_NONE;
@@ -187,6 +189,16 @@ define_gucs(void)
 	DefineCustomIntVariable("seckill.lock_lease",
 							"Lease of the Redis lock the worker holds over a campaign's admin work.",
 							NULL, &seckill_lock_lease, 30000, 100, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.worker_lock_timeout",
+							"Longest wait of the worker for a row or table lock held by another transaction.",
+							"Past it the request that needed the lock fails with SQLSTATE 55P03; purchases never wait for a campaign's row.  The database's and roles' lock_timeout do not apply to the worker.",
+							&seckill_worker_lock_timeout, 100, 1, 600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.worker_statement_timeout",
+							"Longest time one transaction of the worker may run.",
+							"Past it the transaction is rolled back and its request fails with SQLSTATE 57014; the database's and roles' statement_timeout do not apply to the worker.",
+							&seckill_worker_statement_timeout, 10000, 100, 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("seckill.max_locks",
 							"Most locks held at once for SQL callers (seckill_lock).",

@@ -17,7 +17,7 @@
 #include "datatype/timestamp.h"
 
 /* The version of the extension's SQL objects this library works with. */
-#define SECKILL_SQL_VERSION "1.2"
+#define SECKILL_SQL_VERSION "1.3"
 
 /* Documented limits of ids, in bytes. */
 #define SECKILL_MAX_USER_LEN	128
@@ -83,6 +83,8 @@ extern int	seckill_batch_size;
 extern int	seckill_max_queue;
 extern int	seckill_max_campaigns;
 extern int	seckill_lock_lease;
+extern int	seckill_worker_lock_timeout;
+extern int	seckill_worker_statement_timeout;
 
 /* What purchases do while Redis cannot be reached. */
 typedef enum SeckillRedisUnavailable

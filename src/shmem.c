@@ -196,6 +196,11 @@ seckill_check_database(void)
 static void
 worker_not_running(void)
 {
+	if (seckill_shared->connect_failures > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the seckill worker cannot connect to database \"%s\"", seckill_database),
+				 errhint("Create that database, or set seckill.database to an existing one and restart the server; the worker tries again at most once a minute.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 			 errmsg("the seckill worker is not running"),
@@ -221,7 +226,7 @@ request_timed_out(const SeckillRequest *request)
 			 errmsg("seckill request timed out after %d ms", seckill_request_timeout),
 			 request->kind == SK_REQ_BUY ?
 			 errhint("The purchase may still complete: call seckill_order() to learn its fate before buying again.") :
-			 errhint("The seckill worker may be stalled on Redis; see seckill.redis_timeout and the server log.")));
+			 errhint("The seckill worker may be stalled: see its wait_event in pg_stat_activity (backend_type 'seckill worker') and the server log.")));
 }
 
 /*
@@ -435,7 +440,7 @@ seckill_slot_reply(int index, uint64 seq, const SeckillReply *reply)
  * The journal replay then settles every reservation they may have made.
  */
 void
-seckill_fail_taken_slots(const char *why)
+seckill_fail_taken_slots(const char *why, int sqlerrcode)
 {
 	for (int i = 0; i < MaxBackends; i++)
 	{
@@ -447,6 +452,7 @@ seckill_fail_taken_slots(const char *why)
 		{
 			memset(&slot->reply, 0, sizeof(slot->reply));
 			slot->reply.status = SK_ERR_WORKER;
+			slot->reply.sqlerrcode = sqlerrcode;
 			strlcpy(slot->reply.message, why, sizeof(slot->reply.message));
 			slot->state = SLOT_DONE;
 			latch = slot->latch;

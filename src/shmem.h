@@ -163,6 +163,7 @@ typedef struct SeckillShared
 	pg_atomic_uint32 install_generation;	/* bumped by each CREATE EXTENSION */
 	pg_atomic_uint32 locks_changed;	/* a lock was taken or handed back: the keeper looks */
 	bool		sales_from_database;	/* Redis unreachable: selling from PostgreSQL alone */
+	int			connect_failures;	/* worker starts in a row that could not reach seckill.database */
 	uint32		queue_head;		/* next entry to take */
 	uint32		queue_len;		/* entries queued */
 	SeckillCounters counters;
@@ -194,7 +195,7 @@ extern bool seckill_campaign_lookup(const char *goods, SeckillCampaign *out);
 extern int	seckill_queue_drain(int *slots, int max);
 extern bool seckill_slot_take(int slot, SeckillRequest *request, uint64 *seq);
 extern bool seckill_slot_reply(int slot, uint64 seq, const SeckillReply *reply);
-extern void seckill_fail_taken_slots(const char *why);
+extern void seckill_fail_taken_slots(const char *why, int sqlerrcode);
 extern SeckillCampaign *seckill_campaign_find(int64 id);
 extern bool seckill_campaign_has_room(int64 id);
 extern bool seckill_campaign_store(int64 id, const char *goods, TimestampTz starts_at,

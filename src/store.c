@@ -26,6 +26,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 static SPIPlanPtr commit_plan = NULL;
@@ -54,6 +55,8 @@ store_begin(const char *activity)
 		elog(ERROR, "SPI_connect failed");
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, activity);
+	/* a background worker's statements get no statement_timeout of their own */
+	enable_timeout_after(STATEMENT_TIMEOUT, seckill_worker_statement_timeout);
 }
 
 void
@@ -61,10 +64,20 @@ store_commit(void)
 {
 	SPI_finish();
 	PopActiveSnapshot();
+	disable_timeout(STATEMENT_TIMEOUT, false);
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(caller_cxt);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	pgstat_report_stat(false);
+}
+
+/* After an error: roll back whatever transaction is open. */
+void
+store_abort(void)
+{
+	disable_timeout(STATEMENT_TIMEOUT, false);
+	AbortOutOfAnyTransaction();
+	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
 static SPIPlanPtr
@@ -141,7 +154,9 @@ int8_array(const int64 *v, int n)
 
 /*
  * Insert the orders of orders[0..n-1] whose campaign is still on sale, and
- * count them in the campaigns' "sold".  Marks the inserted ones SK_OK.
+ * count them in the campaigns' "sold".  Marks the inserted ones SK_OK, and
+ * SK_BUSY those whose campaign's row another transaction has locked: a
+ * purchase never waits for an application's or a DBA's open transaction.
  */
 static void
 insert_orders(SkOrder *orders, int n)
@@ -157,17 +172,31 @@ insert_orders(SkOrder *orders, int n)
 	if (commit_plan == NULL)
 		commit_plan = prepare(
 							  "WITH req AS ("
-							  "  SELECT * FROM unnest($1, $2, $3, $4) AS r(id, campaign_id, user_id, qty)"
+							  "  SELECT * FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
+							  "                  pg_catalog.unnest($4)) AS r(id, campaign_id, user_id, qty)"
+							  "), locked AS ("
+							  "  SELECT c.id FROM seckill.campaigns c"
+							  "  WHERE c.id = ANY (SELECT campaign_id FROM req)"
+							  "    AND c.state = 'preheated'"
+							  "  FOR NO KEY UPDATE SKIP LOCKED"
 							  "), counted AS ("
 							  "  UPDATE seckill.campaigns c SET sold = c.sold + s.qty"
-							  "  FROM (SELECT campaign_id, sum(qty)::int AS qty FROM req GROUP BY campaign_id) s"
-							  "  WHERE c.id = s.campaign_id AND c.state = 'preheated'"
+							  "  FROM (SELECT campaign_id, pg_catalog.sum(qty)::int4 AS qty FROM req"
+							  "        WHERE campaign_id = ANY (SELECT id FROM locked)"
+							  "        GROUP BY campaign_id) s"
+							  "  WHERE c.id = s.campaign_id"
 							  "  RETURNING c.id"
+							  "), inserted AS ("
+							  "  INSERT INTO seckill.orders (id, campaign_id, user_id, qty)"
+							  "  SELECT r.id, r.campaign_id, r.user_id, r.qty"
+							  "    FROM req r JOIN counted ON counted.id = r.campaign_id"
+							  "  RETURNING id"
 							  ") "
-							  "INSERT INTO seckill.orders (id, campaign_id, user_id, qty) "
-							  "SELECT r.id, r.campaign_id, r.user_id, r.qty"
-							  "  FROM req r JOIN counted ON counted.id = r.campaign_id "
-							  "RETURNING id",
+							  "SELECT id, true FROM inserted "
+							  "UNION ALL "
+							  "SELECT r.id, false FROM req r JOIN seckill.campaigns c ON c.id = r.campaign_id"
+							  " WHERE c.state = 'preheated'"
+							  "   AND NOT r.campaign_id = ANY (SELECT id FROM locked)",
 							  4, types);
 
 	for (int i = 0; i < n; i++)
@@ -183,14 +212,15 @@ insert_orders(SkOrder *orders, int n)
 	values[3] = PointerGetDatum(construct_array(qtys, n, INT4OID, 4, true, TYPALIGN_INT));
 
 	rc = SPI_execute_plan(commit_plan, values, NULL, false, 0);
-	if (rc != SPI_OK_INSERT_RETURNING)
+	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "committing orders failed: %s", SPI_result_code_string(rc));
 
-	/* orders[] is sorted by id: find each inserted one by binary search */
+	/* orders[] is sorted by id: find each one answered by binary search */
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		bool		isnull;
 		int64		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+		bool		inserted = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
 		int			lo = 0,
 					hi = n - 1;
 
@@ -200,7 +230,9 @@ insert_orders(SkOrder *orders, int n)
 
 			if (orders[mid].id == id)
 			{
-				orders[mid].outcome = SK_OK;
+				orders[mid].outcome = inserted ? SK_OK : SK_BUSY;
+				if (!inserted)
+					orders[mid].reason = "the campaign's row was locked by another transaction";
 				break;
 			}
 			if (orders[mid].id < id)
@@ -277,8 +309,23 @@ store_commit_orders(SkOrder *orders, int n, bool reserved_in_redis)
 	}
 	if (!try_insert_orders(orders, n, &sqlerrcode, &message))
 	{
+		/*
+		 * A constraint refused a row: find which, one by one.  Anything else
+		 * (a lock or statement timeout) would only fail again, each time.
+		 */
+		if (ERRCODE_TO_CATEGORY(sqlerrcode) != ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION)
+			ereport(LOG,
+					(errcode(sqlerrcode),
+					 errmsg("seckill worker could not commit the orders of a round: %s", message),
+					 errdetail("Their reservations are given back, and their callers told busy.")));
 		for (int i = 0; i < n; i++)
 		{
+			if (ERRCODE_TO_CATEGORY(sqlerrcode) != ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION)
+			{
+				orders[i].outcome = SK_BUSY;
+				orders[i].reason = message;
+				continue;
+			}
 			orders[i].outcome = SK_ENDED;
 			if (!try_insert_orders(&orders[i], 1, &sqlerrcode, &message))
 			{
@@ -461,6 +508,26 @@ sql_version_matches(void)
 	return false;
 }
 
+/* Set by store_preheated_campaigns: seckill.worker_state.sales_from_database. */
+bool		store_sales_from_database = false;
+
+/*
+ * Inside a transaction: record whether the worker sells from PostgreSQL
+ * alone, so that a restart remembers that Redis is stale.
+ */
+void
+store_set_database_mode(bool on)
+{
+	Oid			types[1] = {BOOLOID};
+	Datum		values[1] = {BoolGetDatum(on)};
+
+	run("INSERT INTO seckill.worker_state AS w (sales_from_database) VALUES ($1) "
+		"ON CONFLICT (one) DO UPDATE SET sales_from_database = EXCLUDED.sales_from_database, "
+		"changed_at = pg_catalog.now() "
+		"WHERE w.sales_from_database IS DISTINCT FROM EXCLUDED.sales_from_database",
+		1, types, values, SPI_OK_INSERT);
+}
+
 /*
  * Every preheated campaign, as SkCampaignRow *, in a transaction of its own;
  * none while the extension is not installed (the worker starts before it
@@ -480,6 +547,13 @@ store_preheated_campaigns(void)
 		SPI_processed = 0;
 	else if (SPI_processed > 0)
 	{
+		bool		isnull;
+
+		run("SELECT pg_catalog.bool_or(sales_from_database) FROM seckill.worker_state",
+			0, NULL, NULL, SPI_OK_SELECT);
+		store_sales_from_database =
+			DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) &&
+			!isnull;
 		run(CAMPAIGN_COLUMNS "WHERE state = 'preheated' ORDER BY id", 0, NULL, NULL, SPI_OK_SELECT);
 		spi_cxt = MemoryContextSwitchTo(caller_cxt);
 		for (uint64 r = 0; r < SPI_processed; r++)
@@ -525,7 +599,7 @@ store_set_state(int64 campaign_id, const char *state)
 	Datum		values[2] = {Int64GetDatum(campaign_id), CStringGetTextDatum(state)};
 
 	run("UPDATE seckill.campaigns SET state = $2, "
-		"closed_at = CASE WHEN $2 = 'closed' THEN now() END WHERE id = $1",
+		"closed_at = CASE WHEN $2 = 'closed' THEN pg_catalog.now() END WHERE id = $1",
 		2, types, values, SPI_OK_UPDATE);
 }
 
@@ -562,7 +636,7 @@ store_fence_token(void)
 	{
 		bool		isnull;
 
-		run("SELECT nextval('seckill.fence_tokens')", 0, NULL, NULL, SPI_OK_SELECT);
+		run("SELECT pg_catalog.nextval('seckill.fence_tokens')", 0, NULL, NULL, SPI_OK_SELECT);
 		fence_next = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		fence_last = fence_next + FENCE_BLOCK - 1;
 	}
@@ -581,7 +655,7 @@ store_fence(const char *name, int64 token)
 	Datum		values[2] = {CStringGetTextDatum(name), Int64GetDatum(token)};
 
 	run("INSERT INTO seckill.fences AS f (name, token) VALUES ($1, $2) "
-		"ON CONFLICT ON CONSTRAINT fences_pkey DO UPDATE SET token = EXCLUDED.token, checked_at = now() "
+		"ON CONFLICT ON CONSTRAINT fences_pkey DO UPDATE SET token = EXCLUDED.token, checked_at = pg_catalog.now() "
 		"WHERE f.token <= EXCLUDED.token", 2, types, values, SPI_OK_INSERT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
@@ -607,7 +681,7 @@ store_set_limits(int64 campaign_id, const SeckillLimits *limits)
 	run("UPDATE seckill.campaigns SET user_rate = nullif($2, 0), user_burst = nullif($3, 0), "
 		"addr_rate = nullif($4, 0), addr_burst = nullif($5, 0), "
 		"max_in_flight = nullif($6, 0), token_required = $7, "
-		"token_ttl = make_interval(secs => $8 / 1000000.0), "
+		"token_ttl = pg_catalog.make_interval(secs => $8 / 1000000.0), "
 		"shards = CASE WHEN state = 'draft' THEN $9 ELSE shards END WHERE id = $1",
 		9, types, values, SPI_OK_UPDATE);
 }
@@ -623,10 +697,10 @@ cancel_orders(const char *which, int nargs, Oid *types, Datum *values, SkCancell
 	char	   *sql = psprintf(
 							   "WITH x AS (%s), "
 							   "cancelled AS ("
-							   "  UPDATE seckill.orders o SET status = 'cancelled', cancelled_at = now()"
+							   "  UPDATE seckill.orders o SET status = 'cancelled', cancelled_at = pg_catalog.now()"
 							   "  FROM x WHERE o.id = x.id AND o.status = 'reserved'"
 							   "  RETURNING o.campaign_id, o.user_id, o.qty), "
-							   "total AS (SELECT campaign_id, sum(qty)::int AS qty FROM cancelled GROUP BY campaign_id), "
+							   "total AS (SELECT campaign_id, pg_catalog.sum(qty)::int AS qty FROM cancelled GROUP BY campaign_id), "
 							   "counted AS ("
 							   "  UPDATE seckill.campaigns c SET sold = c.sold - t.qty FROM total t"
 							   "  WHERE c.id = t.campaign_id RETURNING c.id, c.rebuy_after_cancel) "
@@ -656,27 +730,78 @@ cancel_orders(const char *which, int nargs, Oid *types, Datum *values, SkCancell
 	return (int) SPI_processed;
 }
 
-/* Inside a transaction: cancel one order if it is reserved; out->status says what it was. */
+/*
+ * Who holds the row lock of this order: "process N", "prepared transaction
+ * \"gid\"", or "another transaction" when it cannot be told.
+ */
+static char *
+order_lock_holder(int64 order_id)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(order_id)};
+	bool		isnull;
+	Datum		d;
+
+	run("SELECT (SELECT 'process ' || l.pid FROM pg_catalog.pg_locks l"
+		"         WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock'"
+		"           AND l.granted AND l.pid IS NOT NULL"
+		"           AND l.transactionid = o.xmax LIMIT 1),"
+		"       (SELECT 'prepared transaction \"' || p.gid || '\"' FROM pg_catalog.pg_prepared_xacts p"
+		"         WHERE p.transaction = o.xmax)"
+		"  FROM seckill.orders o WHERE o.id = $1",
+		1, types, values, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		return "another transaction";
+	for (int col = 1; col <= 2; col++)
+	{
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, &isnull);
+		if (!isnull)
+			return TextDatumGetCString(d);
+	}
+	return "another transaction";
+}
+
+/*
+ * Inside a transaction: cancel one order if it is reserved; out->status says
+ * what it was.  The order's row is locked without waiting: an application
+ * that holds it in an open transaction (paying it, say) gets its own answer
+ * first, and the cancel fails at once with SQLSTATE 55P03.
+ */
 void
 store_cancel_order(int64 order_id, SkCancelled *out)
 {
 	Oid			types[1] = {INT8OID};
 	Datum		values[1] = {Int64GetDatum(order_id)};
 	bool		isnull;
+	int			rc;
 
 	out->status[0] = '\0';
-	run("SELECT status, campaign_id FROM seckill.orders WHERE id = $1 FOR UPDATE",
-		1, types, values, SPI_OK_SELECT);
+	rc = SPI_execute_with_args("SELECT status, campaign_id FROM seckill.orders WHERE id = $1 FOR UPDATE SKIP LOCKED",
+							   1, types, values, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "reading order " INT64_FORMAT " failed: %s", order_id, SPI_result_code_string(rc));
 	if (SPI_processed == 0)
-		return;
+	{
+		run("SELECT 1 FROM seckill.orders WHERE id = $1", 1, types, values, SPI_OK_SELECT);
+		if (SPI_processed == 0)
+			return;
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("order " INT64_FORMAT " is locked by %s; end that transaction, then cancel again",
+						order_id, order_lock_holder(order_id))));
+	}
 	strlcpy(out->status, TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)),
 			sizeof(out->status));
 	out->campaign_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	if (strcmp(out->status, "reserved") == 0)
-		(void) cancel_orders("SELECT $1::bigint AS id", 1, types, values, out);
+		(void) cancel_orders("SELECT $1::int8 AS id", 1, types, values, out);
 }
 
-/* Inside a transaction: cancel up to limit expired unpaid orders of a campaign. */
+/*
+ * Inside a transaction: cancel up to limit expired unpaid orders of a
+ * campaign, the oldest first.  The partial index orders_reserved serves them
+ * in that order, so a batch costs O(limit) however many have expired.
+ */
 int
 store_release_expired(int64 campaign_id, int limit, SkCancelled *out)
 {
@@ -684,10 +809,11 @@ store_release_expired(int64 campaign_id, int limit, SkCancelled *out)
 	Datum		values[2] = {Int64GetDatum(campaign_id), Int32GetDatum(limit)};
 
 	out->campaign_id = campaign_id;
-	return cancel_orders("SELECT o.id FROM seckill.orders o JOIN seckill.campaigns c ON c.id = o.campaign_id"
+	return cancel_orders("SELECT o.id FROM seckill.orders o"
 						 " WHERE o.campaign_id = $1 AND o.status = 'reserved'"
-						 "   AND o.created_at < now() - c.payment_timeout"
-						 " ORDER BY o.id LIMIT $2 FOR UPDATE OF o SKIP LOCKED",
+						 "   AND o.created_at < (SELECT pg_catalog.now() - c.payment_timeout"
+						 "                         FROM seckill.campaigns c WHERE c.id = $1)"
+						 " ORDER BY o.created_at LIMIT $2 FOR UPDATE OF o SKIP LOCKED",
 						 2, types, values, out);
 }
 

@@ -49,8 +49,8 @@ typedef struct SkCampaignRow
  * in seckill.token_secrets.
  */
 #define LIMITS_COLUMNS \
-	"coalesce(user_rate, 0), coalesce(user_burst, greatest(1, ceil(user_rate)::int)), " \
-	"coalesce(addr_rate, 0), coalesce(addr_burst, greatest(1, ceil(addr_rate)::int)), " \
+	"coalesce(user_rate, 0), coalesce(user_burst, greatest(1, pg_catalog.ceil(user_rate)::int)), " \
+	"coalesce(addr_rate, 0), coalesce(addr_burst, greatest(1, pg_catalog.ceil(addr_rate)::int)), " \
 	"coalesce(max_in_flight, 0), token_required, " \
 	"(extract(epoch FROM token_ttl) * 1000000)::int8, shards"
 
@@ -59,9 +59,12 @@ extern void store_limits_from_tuple(HeapTuple tuple, TupleDesc desc, int first,
 
 /* Set by store_preheated_campaigns: the installed SQL is older than the library. */
 extern bool store_sql_outdated;
+/* Set by store_preheated_campaigns: the worker sold from PostgreSQL alone. */
+extern bool store_sales_from_database;
 
 extern void store_begin(const char *activity);
 extern void store_commit(void);
+extern void store_abort(void);
 extern void store_take_order_ids(int64 *ids, int n);
 extern void store_forget_order_ids(void);
 extern void store_commit_orders(SkOrder *orders, int n, bool reserved_in_redis);
@@ -71,6 +74,7 @@ extern bool *store_orders_exist(const int64 *ids, int n);
 extern bool *store_have_active_order(int64 campaign_id, const char **users, int n);
 extern bool store_campaign(int64 id, SkCampaignRow *row);
 extern List *store_preheated_campaigns(void);
+extern void store_set_database_mode(bool on);
 extern List *store_buyers(int64 campaign_id);
 extern void store_set_state(int64 campaign_id, const char *state);
 extern void store_set_limits(int64 campaign_id, const SeckillLimits *limits);

@@ -14,6 +14,8 @@
  */
 #include "seckill.h"
 
+#include <setjmp.h>
+
 #include "access/xact.h"
 #include "campaign_ops.h"
 #include "locks.h"
@@ -26,11 +28,13 @@
 #include "shmem.h"
 #include "stats.h"
 #include "storage/ipc.h"
+#include "storage/condition_variable.h"
 #include "storage/proc.h"
 #include "store.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/timeout.h"
 
 PGDLLEXPORT void seckill_worker_main(Datum main_arg);
 
@@ -87,7 +91,7 @@ static void
 worker_exit(int code, Datum arg)
 {
 	seckill_shared->worker_latch = NULL;
-	seckill_fail_taken_slots("the seckill worker stopped while it held this request");
+	seckill_fail_taken_slots("the seckill worker stopped while it held this request", 0);
 }
 
 /*
@@ -266,7 +270,13 @@ compensate(SkOrder *orders, int n)
 		if (orders[i].outcome == SK_OK)
 			continue;
 		seckill_stats_compensated(orders[i].campaign_id, 1);
-		if (replies[r].type == REDIS_REPLY_ARRAY && replies[r].elements == 2)
+		/*
+		 * The CHECK on sold refused one item: PostgreSQL has none left,
+		 * whatever Redis' stock says (reconcile brings Redis in line).
+		 */
+		if (orders[i].outcome == SK_SOLD_OUT && orders[i].qty == 1)
+			sk_note_sold_out(orders[i].campaign_id);
+		else if (replies[r].type == REDIS_REPLY_ARRAY && replies[r].elements == 2)
 			sk_note_stock(orders[i].campaign_id, orders[i].stock_shard,
 						  sk_reply_int(&replies[r].element[1]));
 		r += orders[i].stock_shard != orders[i].home ? 2 : 1;
@@ -285,14 +295,8 @@ serve_from_database(RoundItem **items, int n)
 {
 	SkOrder    *orders = palloc0(sizeof(SkOrder) * n);
 	int64	   *ids = palloc(sizeof(int64) * n);
+	bool		entering = !seckill_shared->sales_from_database;
 
-	if (!seckill_shared->sales_from_database)
-	{
-		seckill_shared->sales_from_database = true;
-		ereport(LOG,
-				(errmsg("seckill worker sells from PostgreSQL alone while Redis is unreachable: %s",
-						sk_redis_error())));
-	}
 	pg_atomic_fetch_add_u64(&seckill_shared->counters.purchases, n);
 	take_order_ids(ids, n);
 	for (int i = 0; i < n; i++)
@@ -303,15 +307,25 @@ serve_from_database(RoundItem **items, int n)
 		orders[i].qty = items[i]->request.qty;
 	}
 	store_begin("seckill: commit orders without Redis");
+	/* durable before the first order Redis does not know of */
+	if (entering)
+		store_set_database_mode(true);
 	store_commit_orders(orders, n, false);
 	store_commit();
+	if (entering)
+	{
+		seckill_shared->sales_from_database = true;
+		ereport(LOG,
+				(errmsg("seckill worker sells from PostgreSQL alone while Redis is unreachable: %s",
+						sk_redis_error())));
+	}
 	pg_atomic_fetch_add_u64(&seckill_shared->counters.commits, 1);
 	for (int i = 0; i < n; i++)
 	{
 		items[i]->reply.status = orders[i].outcome;
 		if (orders[i].outcome == SK_OK)
 			items[i]->reply.order_id = orders[i].id;
-		else if (orders[i].outcome == SK_SOLD_OUT)
+		else if (orders[i].outcome == SK_SOLD_OUT && orders[i].qty == 1)
 			sk_note_sold_out(orders[i].campaign_id);
 		answer(items[i]);
 	}
@@ -342,6 +356,9 @@ leave_database_mode(void)
 			return false;
 		}
 	}
+	store_begin("seckill: leave database mode");
+	store_set_database_mode(false);
+	store_commit();
 	seckill_shared->sales_from_database = false;
 	ereport(LOG,
 			(errmsg("seckill worker rebuilt %d campaign(s) from PostgreSQL: sales go through Redis again",
@@ -653,8 +670,10 @@ serve_admin(const SeckillRequest *request, SeckillReply *reply)
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
-		AbortCurrentTransaction();
+		store_abort();
 		MemoryContextSwitchTo(cxt);
+		/* a connection left mid-request cannot give the lease back */
+		sk_redis_abandon();
 		sk_release_lock();
 		sk_reply_error(reply, SK_ERR_INVALID, "%s", edata->message);
 		reply->sqlerrcode = edata->sqlerrcode;
@@ -670,6 +689,7 @@ static void load_campaign_cache(void);
 
 /* The install_generation the campaign cache was loaded for. */
 static uint32 cache_generation = 0;
+static bool cache_loaded = false;
 
 /*
  * The extension's SQL was installed or updated since the cache was loaded:
@@ -680,7 +700,8 @@ static uint32 cache_generation = 0;
 static bool
 sql_current(void)
 {
-	if (pg_atomic_read_u32(&seckill_shared->install_generation) != cache_generation)
+	if (!cache_loaded ||
+		pg_atomic_read_u32(&seckill_shared->install_generation) != cache_generation)
 	{
 		cache_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
 		load_campaign_cache();
@@ -762,8 +783,14 @@ serve_round(const int *slots, int n)
 static void
 load_campaign_cache(void)
 {
-	List	   *rows = store_preheated_campaigns();
+	List	   *rows;
 	ListCell   *lc;
+
+	cache_loaded = false;
+	rows = store_preheated_campaigns();
+	/* what the table says: a restart during an outage remembers that Redis is stale */
+	if (!store_sql_outdated)
+		seckill_shared->sales_from_database = store_sales_from_database;
 
 	foreach(lc, rows)
 	{
@@ -777,21 +804,166 @@ load_campaign_cache(void)
 							row->id, row->goods, seckill_max_campaigns),
 					 errhint("Its sales go through the worker without the sold-out shortcut; close finished campaigns or raise seckill.max_campaigns.")));
 	}
+	cache_loaded = true;
+}
+
+/*
+ * The worker's own settings, whatever ALTER DATABASE or ALTER ROLE set: it
+ * runs as a superuser, so nothing a database owner can create may be found
+ * through its search_path, and no inherited default may make its commits
+ * fail, wait without bound or end the process.
+ */
+static void
+pin_environment(void)
+{
+	static const char *const pinned[][2] = {
+		{"search_path", ""},
+		{"default_transaction_isolation", "read committed"},
+		{"default_transaction_read_only", "off"},
+		{"default_transaction_deferrable", "off"},
+		{"session_replication_role", "origin"},
+		{"exit_on_error", "off"},
+		{"transform_null_equals", "off"},
+		/* "ok" means committed: nothing may make a commit less durable */
+		{"synchronous_commit", "on"},
+		/* armed per transaction by store_begin, from seckill.worker_statement_timeout */
+		{"statement_timeout", "0"},
+		{"idle_in_transaction_session_timeout", "0"},
+	};
+
+	for (int i = 0; i < lengthof(pinned); i++)
+		SetConfigOption(pinned[i][0], pinned[i][1], PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("lock_timeout", psprintf("%d", seckill_worker_lock_timeout),
+					PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+/* Wait until then, hearing SIGTERM and the postmaster's death meanwhile. */
+static void
+pause_until(TimestampTz until)
+{
+	while (GetCurrentTimestamp() < until)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Max(TimestampDifferenceMilliseconds(GetCurrentTimestamp(), until), 1),
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
+ * A start that could not connect to seckill.database (it does not exist, or
+ * refuses connections) ends in a FATAL error and a restart: wait longer
+ * before each new attempt, up to a minute, instead of a restart a second.
+ */
+static void
+wait_before_connecting(void)
+{
+	int			failures = seckill_shared->connect_failures;
+
+	if (failures == 0)
+		return;
+	pause_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+											Min(1000 << Min(failures, 6), 60000)));
+	ereport(LOG,
+			(errmsg("seckill worker tries again to connect to database \"%s\" (attempt %d)",
+					seckill_database, failures + 1)));
+}
+
+/* After a failed rebuild on leaving database mode: when to try again. */
+static TimestampTz leave_retry_at = 0;
+
+/* Errors in a row: each waits longer before the next round, up to a second. */
+static int	errors_in_row = 0;
+
+/* The last error logged, so that a persistent one is logged once a minute. */
+static char last_error_logged[SK_MESSAGE_LEN];
+static TimestampTz last_error_logged_at = 0;
+static int	errors_not_logged = 0;
+
+static void
+log_round_error(const ErrorData *edata)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (strcmp(last_error_logged, edata->message) == 0 &&
+		now < TimestampTzPlusMilliseconds(last_error_logged_at, 60 * 1000))
+	{
+		errors_not_logged++;
+		return;
+	}
+	ereport(LOG,
+			(errcode(edata->sqlerrcode),
+			 errmsg("seckill worker could not finish a round: %s", edata->message),
+			 edata->detail ? errdetail("%s", edata->detail) : 0,
+			 errors_not_logged > 0 ?
+			 errhint("The same error happened %d more time(s) since it was last logged; it is logged at most once a minute.",
+					 errors_not_logged) : 0));
+	strlcpy(last_error_logged, edata->message, sizeof(last_error_logged));
+	last_error_logged_at = now;
+	errors_not_logged = 0;
+}
+
+/*
+ * The error boundary, reached by longjmp from any ERROR the round did not
+ * catch itself (a lock or statement timeout, a cancel, a broken table).
+ * Shaped like the recovery of PostgreSQL's own long-lived workers: abort the
+ * transaction, release what is held, answer the round's callers with the
+ * cause, and carry on.  Anything Redis reserved for them is settled by the
+ * replay: a caller learns its purchase's fate from seckill_order().
+ */
+static void
+recover_from_error(void)
+{
+	ErrorData  *edata;
+	char		message[SK_MESSAGE_LEN];
+
+	/* not PG_TRY: the error context stack still points into the frames left */
+	error_context_stack = NULL;
+	HOLD_INTERRUPTS();
+	disable_all_timeouts(false);
+	QueryCancelPending = false;
+	MemoryContextSwitchTo(TopMemoryContext);
+	edata = CopyErrorData();
+	FlushErrorState();
+	store_abort();
+	LWLockReleaseAll();
+	ConditionVariableCancelSleep();
+	pgstat_report_wait_end();
+
+	sk_redis_abandon();
+	sk_release_lock();
+	needs_replay = true;
+	snprintf(message, sizeof(message), "the seckill worker failed while serving this request: %s",
+			 edata->message);
+	seckill_fail_taken_slots(message, edata->sqlerrcode);
+	log_round_error(edata);
+	FreeErrorData(edata);
+	MemoryContextReset(round_cxt);
+	MemoryContextSwitchTo(round_cxt);
+	RESUME_INTERRUPTS();
+
+	/* a persistent cause: requests fail fast meanwhile, the log stays quiet */
+	errors_in_row++;
+	pause_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), Min(10 << Min(errors_in_row, 7), 1000)));
 }
 
 void
 seckill_worker_main(Datum main_arg)
 {
 	int		   *slots;
+	sigjmp_buf	local_sigjmp_buf;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
-	/* a cancel would end a round midway: the worker has no statement to cancel */
-	pqsignal(SIGINT, SIG_IGN);
+	/* SIGINT: a cancel, and how lock_timeout and statement_timeout fire */
+	pqsignal(SIGINT, StatementCancelHandler);
 	BackgroundWorkerUnblockSignals();
+	wait_before_connecting();
+	seckill_shared->connect_failures++;
 	BackgroundWorkerInitializeConnection(seckill_database, NULL, 0);
-	/* "ok" means committed: no database or role setting may make it less durable */
-	SetConfigOption("synchronous_commit", "on", PGC_SUSET, PGC_S_OVERRIDE);
+	seckill_shared->connect_failures = 0;
+	pin_environment();
 
 	round_cxt = AllocSetContextCreate(TopMemoryContext, "seckill round", ALLOCSET_DEFAULT_SIZES);
 	slots = MemoryContextAlloc(TopMemoryContext, sizeof(int) * MaxBackends);
@@ -801,7 +973,7 @@ seckill_worker_main(Datum main_arg)
 	items = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem) * MaxBackends);
 	buys = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem *) * MaxBackends);
 
-	seckill_fail_taken_slots("the seckill worker restarted while it held this request");
+	seckill_fail_taken_slots("the seckill worker restarted while it held this request", 0);
 	before_shmem_exit(worker_exit, 0);
 	sk_redis_init();
 	/* releases by other clusters sharing the Redis wake our lock waiters */
@@ -809,12 +981,15 @@ seckill_worker_main(Datum main_arg)
 		sk_redis_subscribe(sk_lock_channel(), sk_lock_released);
 
 	MemoryContextSwitchTo(round_cxt);
-	seen_generation = cache_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
-	load_campaign_cache();
+	seen_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
 
 	seckill_shared->database_id = MyDatabaseId;
 	seckill_shared->worker_latch = MyLatch;
 	ereport(LOG, (errmsg("seckill worker started for database \"%s\"", seckill_database)));
+
+	if (sigsetjmp(local_sigjmp_buf, 1) != 0)
+		recover_from_error();
+	PG_exception_stack = &local_sigjmp_buf;
 
 	for (;;)
 	{
@@ -826,14 +1001,21 @@ seckill_worker_main(Datum main_arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			pin_environment();
 			ereport(LOG, (errmsg("seckill worker reloaded its configuration")));
 			sk_redis_reload();
 		}
 		MemoryContextReset(round_cxt);
 		MemoryContextSwitchTo(round_cxt);
 
+		if (!cache_loaded)
+			(void) sql_current();
 		if (needs_replay)
 			(void) redis_ready();
+		/* Redis is back after sales from PostgreSQL alone: rebuild it before it sells */
+		if (seckill_shared->sales_from_database && GetCurrentTimestamp() >= leave_retry_at &&
+			redis_ready() && !leave_database_mode())
+			leave_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
 
 		/* the locks' watchdog, also while rounds keep the worker busy */
 		if (GetCurrentTimestamp() >= keeper_due ||
@@ -847,6 +1029,7 @@ seckill_worker_main(Datum main_arg)
 		if (n > 0)
 		{
 			serve_round(slots, n);
+			errors_in_row = 0;
 			continue;
 		}
 		/*
@@ -858,13 +1041,14 @@ seckill_worker_main(Datum main_arg)
 			flush_settles();
 			continue;
 		}
+		errors_in_row = 0;
 		/* retry Redis, or look for updated SQL, now and then; renew leases when due */
 		if (store_sql_outdated)
 			(void) sql_current();
 		due = -1;
 		if (keeper_due != DT_NOEND)
 			due = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), keeper_due) + 1;
-		if (needs_replay || store_sql_outdated)
+		if (needs_replay || store_sql_outdated || seckill_shared->sales_from_database)
 			due = due < 0 ? 1000 : Min(due, 1000);
 		sk_redis_wait_idle(due);
 	}

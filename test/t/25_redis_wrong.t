@@ -62,9 +62,15 @@ buy_all v1 v2 v3 v4 v5 v6 v7
 is "$(psql_val "SELECT count(*) FROM stampede_answers WHERE user_id ~ '^v' AND status = 'ok'")" 4 \
 	"4 of 7 buyers get the 4 real items"
 is "$(psql_val "SELECT count(*) FROM stampede_answers WHERE user_id ~ '^v' AND status = 'sold_out'")" 3 \
-	"3 are refused by CHECK (sold <= total_stock): sold_out"
-is "$(psql_val "SELECT count(*) FROM seckill.compensations WHERE campaign_id = $cid
-	AND reason LIKE '%campaigns_sold_within_stock%'")" 3 "their reservations are logged"
+	"3 are told sold_out"
+# The first refusal by CHECK (sold <= total_stock) marks the campaign sold
+# out for the backends, whatever Redis counts: those that came later were
+# answered without a reservation.
+refused=$(psql_val "SELECT count(*) FROM seckill.compensations WHERE campaign_id = $cid
+	AND reason LIKE '%campaigns_sold_within_stock%'")
+ok "[ $refused -ge 1 ] && [ $refused -le 3 ]" "$refused of them refused by CHECK, their reservations logged"
+is "$(psql_val "SELECT sold_out_cached::text FROM seckill_status('$goods')")" true \
+	"the refusal marked the campaign sold out, though Redis still counts stock"
 is "$(psql_val "SELECT count(*) || '/' || sum(qty) FROM seckill.orders WHERE campaign_id = $cid")" 10/10 \
 	"10 orders for 10 items: no oversell"
 

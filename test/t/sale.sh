@@ -35,6 +35,22 @@ SQL
 	SALE_CROWD=$!
 }
 
+# expired_campaign goods n [shards]: a preheated campaign of n orders (a
+# multiple of 1,000), all unpaid for two hours past a timeout of one; prints
+# what the preheat printed (0: nothing left to sell).  The order ids come from
+# the worker's own sequence, a block of 1,000 per nextval.
+expired_campaign() {
+	psql -Xq -v ON_ERROR_STOP=1 <<SQL
+SELECT seckill_campaign_create('$1', $2, payment_timeout => '1 hour') AS id \gset
+SELECT seckill_campaign_set('$1', '{"shards": ${3:-1}}') \g /dev/null
+INSERT INTO seckill.orders (id, campaign_id, user_id, qty, created_at)
+SELECT b.id + k, :id, 'expired-' || (b.id + k), 1, now() - interval '2 hours'
+FROM (SELECT nextval('seckill.order_ids') AS id FROM generate_series(1, $2 / 1000)) b, generate_series(0, 999) k;
+UPDATE seckill.campaigns SET sold = $2 WHERE id = :id;
+SQL
+	psql_val "SELECT seckill_preheat('$1')"
+}
+
 sale_orders() {
 	psql_val "SELECT count(*) FROM seckill.orders WHERE campaign_id = $SALE_CID AND status <> 'cancelled'"
 }

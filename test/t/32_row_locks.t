@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Nobody else's work stops a sale (I6): while a 16-client sale runs on one
+# campaign, an application holds an order's row in an open transaction and
+# another session cancels that order; a prepared transaction holds another;
+# a DBA holds a campaign's row; seckill_release_expired() cancels 200,000
+# expired orders of a third campaign.  Each disturbance gets its own clear
+# answer at once, and the sale goes on: calls/s and p99 during each are
+# printed beside the sale alone.
+set -uo pipefail
+# shellcheck source=test/t/tap.sh
+. "$(dirname "$0")/tap.sh"
+# shellcheck source=test/t/sale.sh
+. "$(dirname "$0")/sale.sh"
+
+work=$(mktemp -d)
+holder_pid=
+cleanup() {
+	[ -n "$holder_pid" ] && kill "$holder_pid" 2>/dev/null
+	psql -XAtq -c "ROLLBACK PREPARED 'seckill-test-held'" >/dev/null 2>&1
+	rm -rf "$work"
+}
+trap cleanup EXIT
+tag="$(date +%s)-$$"
+
+psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
+sale="sale-$tag"
+other="other-$tag"
+psql -XAtq -v ON_ERROR_STOP=1 -c "SELECT seckill_campaign_create('$sale', 10000000)" \
+	-c "SELECT seckill_campaign_create('$other', 100)" >/dev/null
+is "$(psql_val "SELECT seckill_preheat('$sale') || '/' || seckill_preheat('$other')")" 10000000/100 \
+	"a campaign on sale, and another one"
+
+cat >"$work/buy.sql" <<SQL
+\set u random(1, 1000000000000000000)
+SELECT status FROM seckill_buy('u-' || :u, '$sale');
+SQL
+
+# load name seconds: the 16-client sale, in the background; its pid in LOAD
+load() {
+	seckill_pgbench "$work/$1" 16 "$2" "$work/buy.sql" >"$work/$1.figures" &
+	LOAD=$!
+}
+# figures name: "calls/s p99" of a finished load
+figures() {
+	awk '{ print $1, $4 }' "$work/$1.figures"
+}
+report() {
+	local alone during
+	read -r alone _ < <(figures alone)
+	read -r during p99 < <(figures "$1")
+	diag "$2: $during calls/s ($(awk -v a="$alone" -v d="$during" 'BEGIN { printf "%.2f", d / a }') of the sale alone), p99 $p99 ms"
+	# A stalled worker answers nothing for seconds, and every call then
+	# takes past the request timeout: no call may be that slow.
+	ok "[ \$(cat $work/$1/txn.* | awk '\$3 > m { m = \$3 } END { print int(m / 1000) }') -lt 1000 ]" \
+		"$2: no purchase of the sale waited a second"
+}
+
+# hold "SQL": a session that runs it and stays in its transaction, in the
+# background; its pid in $work/holder.out.  release "SQL" ends it.
+hold() {
+	rm -f "$work/holder.in" "$work/holder.out"
+	mkfifo "$work/holder.in"
+	psql -XAtq <"$work/holder.in" >"$work/holder.out" 2>&1 &
+	holder_pid=$!
+	exec 7>"$work/holder.in"
+	echo "$1 SELECT 'pid=' || pg_backend_pid();" >&7
+	seckill_wait_for "grep -q '^pid=' '$work/holder.out'" 10
+}
+release() {
+	echo "$1" >&7
+	exec 7>&-
+	wait "$holder_pid"
+	holder_pid=
+}
+
+load alone 4
+wait "$LOAD"
+ok "grep -q 'number of failed transactions: 0' '$work/alone/pgbench.out'" \
+	"the sale alone: $(figures alone | awk '{ print $1 " calls/s, p99 " $2 " ms" }')"
+
+# 1. An application pays an order in an open transaction; another session
+#    cancels it, again and again.
+order=$(psql_val "SELECT order_id FROM seckill_buy('locker', '$other')")
+hold "BEGIN; SELECT seckill_pay($order);"
+locker=$(sed -n 's/^pid=//p' "$work/holder.out")
+load row_lock 4
+cancels=0 refused=0 slowest=0
+deadline=$(($(date +%s) + 3))
+while [ "$(date +%s)" -lt "$deadline" ]; do
+	start=$(date +%s%3N)
+	err=$(psql -XAtq -v VERBOSITY=verbose -c "SELECT seckill_cancel($order)" 2>&1)
+	took=$(($(date +%s%3N) - start))
+	[ "$took" -gt "$slowest" ] && slowest=$took
+	cancels=$((cancels + 1))
+	[[ "$err" == *"55P03"*"order $order is locked by process $locker"* ]] && refused=$((refused + 1))
+done
+wait "$LOAD"
+is "$refused/$cancels" "$cancels/$cancels" "each cancel of the order held open fails with 55P03 naming process $locker"
+ok "[ $slowest -lt 1000 ]" "and at once: the slowest refusal took $slowest ms"
+report row_lock "an order's row held open, cancelled $cancels times"
+release "COMMIT;"
+is "$(psql_val "SELECT status FROM seckill.orders WHERE id = $order")" paid \
+	"the application's transaction committed its payment"
+err=$(psql -XAtq -c "SELECT seckill_cancel($order)" 2>&1)
+ok "[[ \"\$err\" == *'is paid'* ]]" "the cancel afterwards sees the payment: $err"
+
+# 2. A prepared transaction holds an order's row.
+order=$(psql_val "SELECT order_id FROM seckill_buy('prepared', '$other')")
+psql -XAtq -v ON_ERROR_STOP=1 -c "BEGIN" -c "SELECT seckill_pay($order)" \
+	-c "PREPARE TRANSACTION 'seckill-test-held'" >/dev/null
+err=$(psql -XAtq -c "SELECT seckill_cancel($order)" 2>&1)
+ok "[[ \"\$err\" == *'locked by prepared transaction \"seckill-test-held\"'* ]]" \
+	"a row held by a prepared transaction: $err"
+is "$(psql_val "SELECT status FROM seckill_buy('after-prepared', '$other')")" ok \
+	"purchases go on meanwhile"
+psql_val "ROLLBACK PREPARED 'seckill-test-held'" >/dev/null
+is "$(psql_val "SELECT seckill_cancel($order)")" cancelled "rolled back, the order can be cancelled"
+
+# 3. A DBA holds the other campaign's row: its purchases are answered busy
+#    at once, and the sale goes on.
+hold "BEGIN; SELECT 1 FROM seckill.campaigns WHERE goods = '$other' FOR UPDATE;"
+load campaign_lock 4
+start=$(date +%s%3N)
+answers=$(for i in $(seq 1 20); do psql_val "SELECT status FROM seckill_buy('held-$i', '$other')"; done | sort | uniq -c | xargs)
+took=$(($(date +%s%3N) - start))
+wait "$LOAD"
+is "$answers" "20 busy" "20 purchases of the campaign whose row is held: busy, all 20 in $took ms"
+report campaign_lock "a campaign's row held by a DBA"
+release "COMMIT;"
+is "$(psql_val "SELECT status FROM seckill_buy('held-1', '$other')")" ok "released, the campaign sells again"
+is "$(psql_val "SELECT count(*) FROM seckill.compensations c JOIN seckill.campaigns k ON k.id = c.campaign_id
+	WHERE k.goods = '$other' AND c.reason LIKE '%locked by another transaction%'")" 20 \
+	"each busy reservation was given back and logged"
+
+# 4. 200,000 expired unpaid orders, released while the sale runs.
+expired="expired-$tag"
+is "$(expired_campaign "$expired" 200000)" 0 "a campaign of 200,000 orders, all unpaid past the timeout"
+load release 6
+start=$(date +%s%3N)
+released=$(psql_val "SELECT released || '/' || released_qty FROM seckill_release_expired() WHERE campaign_goods = '$expired'")
+took=$(($(date +%s%3N) - start))
+wait "$LOAD"
+is "$released" "200000/200000" "seckill_release_expired() released all 200,000 in $took ms"
+report release "a release of 200,000 expired orders"
+is "$(psql_val "SELECT pg_stock || '/' || redis_stock || '/' || redis_buyers FROM seckill_status('$expired')")" \
+	"200000/200000/0" "their stock is back on sale in both stores, their buyers gone from Redis"
+
+for goods in "$sale" "$other" "$expired"; do
+	psql_val "SELECT seckill_close('$goods')" >/dev/null
+done
+done_testing

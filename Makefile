@@ -1,9 +1,16 @@
 # seckill: PGXS build.  The Lua scripts under lua/ are embedded into the
-# library at build time (src/lua_scripts.h), so they can still be read and
-# run on their own with redis-cli --eval.
+# library at build time (src/redis/lua_scripts.h), so they can still be read
+# and run on their own with redis-cli --eval.
+#
+# src/ holds the module's entry (GUCs, names shared by every part) and a
+# folder per side of the hand-off: backend/ (the SQL-callable functions),
+# shared/ (what lives in shared memory), worker/ (the background worker),
+# redis/ (the Redis client) and store/ (the SQL the worker runs).
 
 MODULE_big = seckill
-OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
+SECKILL_SOURCES = $(wildcard src/*.c src/*/*.c)
+SECKILL_HEADERS = $(wildcard src/*.h src/*/*.h)
+OBJS = $(patsubst %.c,%.o,$(SECKILL_SOURCES))
 
 EXTENSION = seckill
 DATA = $(wildcard sql/seckill--*.sql)
@@ -15,8 +22,9 @@ ISOLATION = $(basename $(notdir $(wildcard specs/*.spec)))
 ISOLATION_OPTS = --inputdir=. --use-existing
 
 LUA = $(wildcard lua/*.lua)
-EXTRA_CLEAN = src/lua_scripts.h
+EXTRA_CLEAN = src/redis/lua_scripts.h
 
+PG_CPPFLAGS = -I$(srcdir)/src
 PG_CFLAGS = -Wall -Wextra -Werror -Wmissing-prototypes -Wno-unused-parameter \
 	-Wno-sign-compare -Wno-missing-field-initializers
 SHLIB_LINK = -lhiredis
@@ -28,9 +36,9 @@ include $(PGXS)
 # after PGXS, which sets it too
 CONTRIB_TESTDB = postgres
 
-src/lua_scripts.h: $(LUA) lua/embed.sh
+src/redis/lua_scripts.h: $(LUA) lua/embed.sh
 	sh lua/embed.sh $(LUA) > $@
 
 # PGXS tracks no header dependencies: every object depends on every header
 # (the bitcode for JIT inlining too), and redis.c embeds the scripts.
-$(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h) src/lua_scripts.h
+$(OBJS) $(OBJS:.o=.bc): $(SECKILL_HEADERS) src/redis/lua_scripts.h

@@ -1,4 +1,4 @@
--- Take a lock's lease for one owner (a SQL caller's lock, src/locks.h).
+-- Take a lock's lease for one owner (a SQL caller's lock, src/shared/lock_table.h).
 --   KEYS[1] lock key
 --   ARGV[1] owner token, unique per acquisition, ARGV[2] lease in milliseconds
 -- Idempotent: a retry by the same owner finds the lease its own.

@@ -3,9 +3,14 @@
  * seckill.h
  *		Names shared by every part of seckill: limits, statuses, GUCs.
  *
- * A purchase travels: backend (buy.c) -> shared memory slot (shmem.c) ->
- * background worker (worker.c) -> Redis (redis.c and the Lua scripts) -> group commit
- * in PostgreSQL (store.c) -> back to the waiting backend.
+ * A purchase travels: backend (backend/buy.c) -> a request slot in shared
+ * memory (shared/call.c) -> the background worker (worker/worker.c, its
+ * purchase round in worker/purchase.c) -> Redis (redis/redis.c and the Lua
+ * scripts) -> the group commit in PostgreSQL (store/store.c) -> back to the
+ * waiting backend.
+ *
+ * Settings are defined in settings.c, the names below in names.c, and the
+ * module's entry is seckill.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -83,6 +88,8 @@ extern int	seckill_batch_size;
 extern int	seckill_max_queue;
 extern int	seckill_max_campaigns;
 extern int	seckill_lock_lease;
+extern int	seckill_max_locks;
+extern int	seckill_lock_max_hold;
 extern int	seckill_worker_lock_timeout;
 extern int	seckill_worker_statement_timeout;
 
@@ -106,6 +113,8 @@ typedef enum SeckillCrashPoint
 
 extern int	seckill_crash_point;
 extern void seckill_crash_if(SeckillCrashPoint point);
+
+extern void seckill_define_gucs(void);
 
 extern char *seckill_installed_version(void);
 

@@ -31,9 +31,9 @@ client=$!
 seckill_wait_for "[ \$(psql_val \"$waiting AND query LIKE '%gone-away%'\") -ge 1 ]" 10
 kill -9 "$client"
 ok "[ $? -eq 0 ]" "a waiting client disconnected (its process killed)"
-pgbench -n -c 128 -j 2 -T 4 -f "$work/flood.sql" --log --log-prefix="$work/txn" >"$work/flood.out" 2>&1 &
+pgbench -n -c 128 -j 2 -T 8 -f "$work/flood.sql" --log --log-prefix="$work/txn" >"$work/flood.out" 2>&1 &
 flood=$!
-seckill_wait_for "[ \$(psql_val \"$waiting\") -ge 10 ]" 10
+seckill_wait_for "[ \$(psql_val \"$waiting\") -ge 10 ]" 15
 ok "[ $? -eq 0 ]" "callers wait on the stuck worker"
 cancelled=$(psql_val "SELECT count(pg_cancel_backend(pid)) FROM (SELECT pid FROM pg_stat_activity
 	WHERE wait_event_type = 'Extension' AND query LIKE '%try_buy%' LIMIT 5) w")

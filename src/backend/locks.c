@@ -7,20 +7,20 @@
  * A lock taken again by the session that holds it is counted, not taken
  * again: it is freed after as many unlocks.  A transaction-scoped lock is
  * released when its transaction ends, and every lock of a session when the
- * session ends; the worker does the releasing (locks.h).
+ * session ends; the worker does the releasing (worker/lock_keeper.c).
  *
  *-------------------------------------------------------------------------
  */
-#include "locks.h"
+#include "backend/backend.h"
 
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "backend.h"
-#include "common/hashfn.h"
 #include "common/pg_prng.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "shared/lock_table.h"
+#include "shared/shmem.h"
 #include "storage/backendid.h"
 #include "storage/ipc.h"
 #include "utils/builtins.h"
@@ -31,45 +31,8 @@ PG_FUNCTION_INFO_V1(seckill_lock_xact);
 PG_FUNCTION_INFO_V1(seckill_unlock);
 PG_FUNCTION_INFO_V1(seckill_locks_rows);
 
-SeckillLockEntry *seckill_locks = NULL;
-
 static bool callbacks_registered = false;
 static uint32 acquisitions = 0;
-
-Size
-seckill_locks_shmem_size(void)
-{
-	return mul_size(seckill_max_locks, sizeof(SeckillLockEntry));
-}
-
-/* The table starts zeroed with the rest of seckill's shared memory: all free. */
-void
-seckill_locks_shmem_init(char *base, bool found)
-{
-	seckill_locks = (SeckillLockEntry *) base;
-}
-
-/* Never 0, which means "waits for no lock". */
-uint32
-seckill_lock_wait_hash(const char *name)
-{
-	uint32		h = hash_bytes((const unsigned char *) name, strlen(name));
-
-	return h ? h : 1;
-}
-
-/*
- * Is the lease of a held lock still running?  It runs from its last renewal
- * (the watchdog's every third of it), less an allowance for clock drift:
- * a lock the worker could not renew in time counts as gone.
- */
-bool
-seckill_lock_live(const SeckillLockEntry *e, TimestampTz now)
-{
-	if (e->state != LOCK_HELD)
-		return false;
-	return now < TimestampTzPlusMilliseconds(e->renewed_at, e->lease_ms - (e->lease_ms / 100 + 2));
-}
 
 /*
  * This session's lock of that name and scope, its live one first; under
@@ -96,49 +59,13 @@ own_lock(const char *name, bool xact)
 	return found;
 }
 
-/* Tell the worker that locks wait to be released. */
-static void
-wake_keeper(void)
-{
-	pg_atomic_write_u32(&seckill_shared->locks_changed, 1);
-	if (seckill_shared->worker_latch)
-		SetLatch(seckill_shared->worker_latch);
-}
-
-/* The table's entry of this owner token, in any state but free; under locks_lock. */
-SeckillLockEntry *
-seckill_lock_of_owner(const char *owner)
-{
-	for (int i = 0; i < seckill_max_locks; i++)
-		if (seckill_locks[i].state != LOCK_FREE && strcmp(seckill_locks[i].owner, owner) == 0)
-			return &seckill_locks[i];
-	return NULL;
-}
-
-/*
- * Hand the lock of this owner token, if held, to the worker to release: its
- * caller gave up or could not release it now.
- */
-void
-seckill_lock_hand_back(const char *owner)
-{
-	SeckillLockEntry *e;
-
-	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
-	e = seckill_lock_of_owner(owner);
-	if (e != NULL && e->state == LOCK_HELD)
-		e->state = LOCK_RELEASE;
-	LWLockRelease(seckill_shared->locks_lock);
-	wake_keeper();
-}
-
 /* Hand this session's locks (those of a transaction, or all) to the worker to release. */
 static void
 release_own(bool xact_only)
 {
 	bool		any = false;
 
-	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < seckill_max_locks; i++)
 	{
 		SeckillLockEntry *e = &seckill_locks[i];
@@ -150,9 +77,9 @@ release_own(bool xact_only)
 			any = true;
 		}
 	}
-	LWLockRelease(seckill_shared->locks_lock);
+	LWLockRelease(seckill_lock_table->lock);
 	if (any)
-		wake_keeper();
+		seckill_lock_wake_keeper();
 }
 
 static void
@@ -164,11 +91,11 @@ xact_end(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_PRE_PREPARE:
 			/* released at PREPARE, the lock would not cover the commit */
-			LWLockAcquire(seckill_shared->locks_lock, LW_SHARED);
+			LWLockAcquire(seckill_lock_table->lock, LW_SHARED);
 			for (int i = 0; i < seckill_max_locks && !held; i++)
 				held = seckill_locks[i].state == LOCK_HELD && seckill_locks[i].xact &&
 					seckill_locks[i].owner_pid == MyProcPid;
-			LWLockRelease(seckill_shared->locks_lock);
+			LWLockRelease(seckill_lock_table->lock);
 			if (held)
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -242,7 +169,7 @@ lock_common(FunctionCallInfo fcinfo, bool xact)
 	}
 
 	/* taken again by its holder: counted */
-	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
 	e = own_lock(name, xact);
 	if (e != NULL && seckill_lock_live(e, GetCurrentTimestamp()))
 	{
@@ -254,7 +181,7 @@ lock_common(FunctionCallInfo fcinfo, bool xact)
 		e->state = LOCK_RELEASE;	/* its lease is gone: a new acquisition */
 	else if (own_lock(name, !xact) != NULL)
 	{
-		LWLockRelease(seckill_shared->locks_lock);
+		LWLockRelease(seckill_lock_table->lock);
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("this session holds lock \"%s\" with %s scope", name,
@@ -262,9 +189,9 @@ lock_common(FunctionCallInfo fcinfo, bool xact)
 				 errhint("Take it again with the same function, %s.",
 						 xact ? "seckill_lock()" : "seckill_lock_xact()")));
 	}
-	LWLockRelease(seckill_shared->locks_lock);
+	LWLockRelease(seckill_lock_table->lock);
 	if (e != NULL && !again)
-		wake_keeper();
+		seckill_lock_wake_keeper();
 	if (again)
 		PG_RETURN_INT64(token);
 
@@ -358,13 +285,13 @@ seckill_unlock(PG_FUNCTION_ARGS)
 
 	seckill_check_database();
 	memset(&request, 0, sizeof(request));
-	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
 	e = own_lock(name, false);
 	xact_held = own_lock(name, true) != NULL;
 	if (e != NULL && seckill_lock_live(e, GetCurrentTimestamp()) && e->depth > 1)
 	{
 		e->depth--;
-		LWLockRelease(seckill_shared->locks_lock);
+		LWLockRelease(seckill_lock_table->lock);
 		PG_RETURN_BOOL(true);
 	}
 	if (e != NULL && !seckill_lock_live(e, GetCurrentTimestamp()))
@@ -379,7 +306,7 @@ seckill_unlock(PG_FUNCTION_ARGS)
 		strlcpy(request.lock.name, e->name, sizeof(request.lock.name));
 		strlcpy(request.lock.owner, e->owner, sizeof(request.lock.owner));
 	}
-	LWLockRelease(seckill_shared->locks_lock);
+	LWLockRelease(seckill_lock_table->lock);
 	if (e == NULL)
 	{
 		ereport(WARNING,
@@ -389,7 +316,7 @@ seckill_unlock(PG_FUNCTION_ARGS)
 		PG_RETURN_BOOL(false);
 	}
 	if (lost)
-		wake_keeper();
+		seckill_lock_wake_keeper();
 	else
 	{
 		reply = seckill_call(&request);
@@ -447,7 +374,7 @@ seckill_locks_rows(PG_FUNCTION_ARGS)
 
 	seckill_check_database();
 	InitMaterializedSRF(fcinfo, 0);
-	LWLockAcquire(seckill_shared->locks_lock, LW_SHARED);
+	LWLockAcquire(seckill_lock_table->lock, LW_SHARED);
 	for (int i = 0; i < seckill_max_locks; i++)
 	{
 		SeckillLockEntry *e = &seckill_locks[i];
@@ -471,6 +398,6 @@ seckill_locks_rows(PG_FUNCTION_ARGS)
 		values[8] = Int32GetDatum(e->renewals);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
-	LWLockRelease(seckill_shared->locks_lock);
+	LWLockRelease(seckill_lock_table->lock);
 	return (Datum) 0;
 }

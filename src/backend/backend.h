@@ -1,14 +1,14 @@
 /*-------------------------------------------------------------------------
  *
  * backend.h
- *		Helpers shared by the SQL-callable functions (buy.c, admin.c).
+ *		Helpers shared by the SQL-callable functions (request.c).
  *
  *-------------------------------------------------------------------------
  */
 #ifndef SECKILL_BACKEND_H
 #define SECKILL_BACKEND_H
 
-#include "shmem.h"
+#include "shared/call.h"
 
 #include "fmgr.h"
 

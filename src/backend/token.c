@@ -14,31 +14,22 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "token.h"
+#include "backend/token.h"
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "catalog/pg_type.h"
 #include "common/hmac.h"
 #include "common/sha2.h"
 #include "nodes/value.h"
 #include "parser/parse_func.h"
+#include "shared/campaign_cache.h"
+#include "store/store.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(seckill_token);
 
 #define MAC_LEN 16				/* bytes of the HMAC kept */
-
-void
-seckill_token_secret_copy(const bytea *secret, SeckillLimits *limits)
-{
-	if (VARSIZE_ANY_EXHDR(secret) != SK_TOKEN_SECRET_LEN)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_CORRUPTED),
-				 errmsg("a token secret must be %d bytes long", SK_TOKEN_SECRET_LEN)));
-	memcpy(limits->token_secret, VARDATA_ANY(secret), SK_TOKEN_SECRET_LEN);
-	limits->has_token_secret = true;
-}
 
 /*
  * The secret of a campaign the worker has not cached, through the
@@ -52,7 +43,7 @@ seckill_token_secret_load(int64 campaign_id, SeckillLimits *limits)
 	Oid			fn = LookupFuncName(list_make2(makeString("seckill"), makeString("token_secret")),
 									1, argtypes, false);
 
-	seckill_token_secret_copy(DatumGetByteaPP(OidFunctionCall1(fn, Int64GetDatum(campaign_id))),
+	store_token_secret_copy(DatumGetByteaPP(OidFunctionCall1(fn, Int64GetDatum(campaign_id))),
 							  limits);
 }
 

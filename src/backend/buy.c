@@ -10,16 +10,18 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "backend.h"
+#include "backend/backend.h"
 
 #include "access/htup_details.h"
+#include "backend/token.h"
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "stats.h"
+#include "shared/campaign_cache.h"
+#include "shared/shmem.h"
+#include "shared/stats.h"
 #include "storage/ipc.h"
-#include "store.h"
-#include "token.h"
+#include "store/store.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/inet.h"
@@ -27,168 +29,6 @@
 
 PG_FUNCTION_INFO_V1(seckill_buy);
 PG_FUNCTION_INFO_V1(seckill_order);
-
-/* A text argument that is a user or goods id: not null, not empty, not too long. */
-char *
-seckill_id_arg(FunctionCallInfo fcinfo, int argno, const char *name, int maxlen)
-{
-	text	   *t;
-	int			len;
-
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", name)));
-	t = PG_GETARG_TEXT_PP(argno);
-	len = VARSIZE_ANY_EXHDR(t);
-	if (len == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not be empty", name)));
-	if (len > maxlen)
-		ereport(ERROR,
-				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-				 errmsg("%s is too long", name),
-				 errdetail("It is %d bytes long; the limit is %d bytes.", len, maxlen)));
-	return text_to_cstring(t);
-}
-
-/*
- * SPI in a backend under an empty search_path, like the worker's: a
- * superuser who calls seckill runs nothing that the owner of a schema on
- * the caller's search_path planted (an operator, a function).  Returns the
- * GUC nest level for seckill_spi_end; an error unwinds both.
- */
-int
-seckill_spi_begin(void)
-{
-	int			level;
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	level = NewGUCNestLevel();
-	(void) set_config_option("search_path", "", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	return level;
-}
-
-void
-seckill_spi_end(int level)
-{
-	AtEOXact_GUC(true, level);
-	SPI_finish();
-}
-
-/*
- * The campaign for this goods in seckill.campaigns: the open one, else the
- * latest closed one.  False when there is none.
- */
-bool
-seckill_campaign_by_goods(const char *goods, CampaignInfo *info)
-{
-	static SPIPlanPtr plan = NULL;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(goods)};
-	bool		found = false;
-	bool		isnull;
-	int			level = seckill_spi_begin();
-
-	if (plan == NULL)
-	{
-		plan = SPI_prepare("SELECT id, state, starts_at, ends_at, per_user_limit, "
-						   LIMITS_COLUMNS " FROM seckill.campaigns WHERE goods = $1 "
-						   "ORDER BY state <> 'closed' DESC, id DESC LIMIT 1",
-						   1, types);
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(plan);
-	}
-	if (SPI_execute_plan(plan, values, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "reading seckill.campaigns failed");
-	if (SPI_processed > 0)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[0];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-
-		info->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-		strlcpy(info->state, TextDatumGetCString(SPI_getbinval(tup, desc, 2, &isnull)),
-				sizeof(info->state));
-		info->starts_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 3, &isnull));
-		info->ends_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 4, &isnull));
-		info->per_user_limit = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
-		store_limits_from_tuple(tup, desc, 6, &info->limits);
-		found = true;
-	}
-	seckill_spi_end(level);
-	return found;
-}
-
-/* Ask the worker; turn failures into ERRORs a DBA can act on. */
-SeckillReply
-seckill_call_checked(SeckillRequestKind kind, int64 campaign_id, const char *user_id, int qty)
-{
-	SeckillRequest request;
-
-	memset(&request, 0, sizeof(request));
-	request.kind = kind;
-	request.campaign_id = campaign_id;
-	request.qty = qty;
-	if (user_id)
-		strlcpy(request.user_id, user_id, sizeof(request.user_id));
-	return seckill_request_checked(&request);
-}
-
-SeckillReply
-seckill_request_checked(const SeckillRequest *request)
-{
-	return seckill_reply_checked(request->kind, seckill_call(request));
-}
-
-/* A failure in the reply becomes an ERROR a DBA can act on. */
-SeckillReply
-seckill_reply_checked(SeckillRequestKind kind, SeckillReply reply)
-{
-	switch (reply.status)
-	{
-		case SK_ERR_REDIS:
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("seckill could not reach Redis"),
-					 errdetail("%s", reply.message),
-					 errhint("Check that Redis answers at seckill.redis_host:seckill.redis_port (%s:%d); the worker reconnects by itself.",
-							 seckill_redis_host, seckill_redis_port)));
-			break;
-		case SK_ERR_REDIS_REFUSED:
-			ereport(ERROR,
-					(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
-					 errmsg("Redis refused seckill's request"),
-					 errdetail("%s", reply.message),
-					 errhint("Check Redis: a read-only replica, a full maxmemory, or an ACL that lacks a command refuses seckill.")));
-			break;
-		case SK_ERR_WORKER:
-			ereport(ERROR,
-					(errcode(reply.sqlerrcode ? reply.sqlerrcode : ERRCODE_CONNECTION_FAILURE),
-					 errmsg("%s", reply.message),
-					 kind == SK_REQ_BUY ?
-					 errhint("The purchase was either committed or will be given back; call seckill_order() to learn which.") :
-					 errhint("Call the function again.")));
-			break;
-		case SK_ERR_INVALID:
-			ereport(ERROR,
-					(errcode(reply.sqlerrcode ? reply.sqlerrcode : ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("%s", reply.message)));
-			break;
-		case SK_ERR_LOCKED:
-			ereport(ERROR,
-					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-					 errmsg("%s", reply.message),
-					 errhint("Its lease runs out within seckill.lock_lease; try again then, and give each cluster sharing a Redis its own seckill.redis_prefix.")));
-			break;
-		default:
-			break;
-	}
-	return reply;
-}
 
 /* The result row type, blessed once per call site (this is the hot path). */
 static TupleDesc
@@ -232,7 +72,7 @@ in_flight_done(int code, Datum arg)
 {
 	SeckillStats *st = (SeckillStats *) DatumGetPointer(arg);
 
-	pg_atomic_fetch_sub_u32(&seckill_shared->all.in_flight, 1);
+	pg_atomic_fetch_sub_u32(&seckill_figures->all.in_flight, 1);
 	if (st != NULL)
 		pg_atomic_fetch_sub_u32(&st->in_flight, 1);
 }
@@ -319,11 +159,11 @@ buy(FunctionCallInfo fcinfo, SeckillRequest *request, const char *goods, const c
 		return SK_INVALID_TOKEN;
 
 	/* admission control: shed load at once rather than grow the queue */
-	if (seckill_max_queue > 0 && seckill_shared->queue_len >= (uint32) seckill_max_queue)
+	if (seckill_max_queue > 0 && seckill_calls->len >= (uint32) seckill_max_queue)
 		return SK_BUSY;
 	if (limits->addr_rate > 0)
 		client_addr(fcinfo, request->client_addr, sizeof(request->client_addr));
-	pg_atomic_fetch_add_u32(&seckill_shared->all.in_flight, 1);
+	pg_atomic_fetch_add_u32(&seckill_figures->all.in_flight, 1);
 	in_flight = st ? pg_atomic_fetch_add_u32(&st->in_flight, 1) : 0;
 	if (limits->max_in_flight > 0 && in_flight >= (uint32) limits->max_in_flight)
 	{

@@ -9,7 +9,7 @@
 #ifndef SECKILL_REDLOCK_H
 #define SECKILL_REDLOCK_H
 
-#include "redis.h"
+#include "redis/redis.h"
 
 #include "utils/guc.h"
 
@@ -32,7 +32,7 @@ typedef struct RedlockCommand
 extern char *seckill_redlock_nodes;
 
 extern bool sk_redlock_enabled(void);
-extern bool sk_redlock_check_nodes(char **newval, void **extra, GucSource source);
+extern void sk_redlock_define_gucs(void);
 extern SkRedlockResult sk_redlock_acquire(const char *key, const char *owner, int lease_ms,
 										  char *why, size_t whylen);
 extern void sk_redlock_batch(const RedlockCommand *commands, int ncommands, int *result);

@@ -13,14 +13,15 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "locks.h"
+#include "worker/lock_keeper.h"
 
-#include "campaign_ops.h"
 #include "miscadmin.h"
-#include "redis.h"
-#include "redlock.h"
+#include "redis/redis.h"
+#include "redis/redlock.h"
+#include "shared/lock_table.h"
+#include "shared/shmem.h"
 #include "storage/procarray.h"
-#include "store.h"
+#include "store/store.h"
 #include "utils/timestamp.h"
 
 static char *
@@ -53,7 +54,7 @@ record(const SeckillRequest *request, SeckillLockState state, TimestampTz since)
 {
 	SeckillLockEntry *e = NULL;
 
-	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
 	if (seckill_lock_of_owner(request->lock.owner) == NULL)
 		for (int i = 0; e == NULL && i < seckill_max_locks; i++)
 			if (seckill_locks[i].state == LOCK_FREE)
@@ -71,9 +72,9 @@ record(const SeckillRequest *request, SeckillLockState state, TimestampTz since)
 		e->lease_ms = request->lock.lease_ms;
 		e->acquired_at = e->renewed_at = since;
 	}
-	LWLockRelease(seckill_shared->locks_lock);
+	LWLockRelease(seckill_lock_table->lock);
 	if (state == LOCK_RELEASE)
-		pg_atomic_write_u32(&seckill_shared->locks_changed, 1);
+		pg_atomic_write_u32(&seckill_lock_table->changed, 1);
 	return e;
 }
 
@@ -102,7 +103,7 @@ sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
 				/* nodes that granted but missed the give-back: the keeper retries it */
 				record(request, LOCK_RELEASE, sent);
 				/* not seckill.redis_host's fault: the generic hint would mislead */
-				sk_reply_error(reply, SK_ERR_INVALID, "%s", why);
+				seckill_reply_error(reply, SK_ERR_INVALID, "%s", why);
 				reply->sqlerrcode = ERRCODE_CONNECTION_FAILURE;
 				return;
 			case REDLOCK_ACQUIRED:
@@ -118,12 +119,12 @@ sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
 		{
 			/* the lease may have been taken: have the keeper give it back */
 			record(request, LOCK_RELEASE, sent);
-			sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+			seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
 			return;
 		}
 		if (sk_reply_is_error(&r[0]))
 		{
-			sk_reply_error(reply, SK_ERR_REDIS_REFUSED, "taking lock \"%s\": %s", request->lock.name, r[0].str);
+			seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "taking lock \"%s\": %s", request->lock.name, r[0].str);
 			return;
 		}
 		if (sk_reply_int(&r[0]) != 1)
@@ -163,16 +164,16 @@ sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
 		SeckillReply ignored = {0};
 
 		sk_lock_release(&undo, &ignored);
-		sk_reply_error(reply, SK_ERR_INVALID,
+		seckill_reply_error(reply, SK_ERR_INVALID,
 					   "too many seckill locks held: seckill.max_locks is %d; raise it and restart the server",
 					   seckill_max_locks);
 		reply->sqlerrcode = ERRCODE_PROGRAM_LIMIT_EXCEEDED;
 		return;
 	}
-	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
 	e->token = token;
-	LWLockRelease(seckill_shared->locks_lock);
-	pg_atomic_write_u32(&seckill_shared->locks_changed, 1);
+	LWLockRelease(seckill_lock_table->lock);
+	pg_atomic_write_u32(&seckill_lock_table->changed, 1);
 	reply->status = SK_OK;
 	reply->values[0] = token;
 }
@@ -213,22 +214,22 @@ sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
 	if (released < 0)
 	{
 		/* the keeper tries again; until then the lease may run out */
-		LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+		LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
 		e = seckill_lock_of_owner(owner);
 		if (e != NULL)
 			e->state = LOCK_RELEASE;
-		LWLockRelease(seckill_shared->locks_lock);
-		pg_atomic_write_u32(&seckill_shared->locks_changed, 1);
-		sk_reply_error(reply, r ? SK_ERR_REDIS_REFUSED : SK_ERR_REDIS, "releasing lock \"%s\": %s",
+		LWLockRelease(seckill_lock_table->lock);
+		pg_atomic_write_u32(&seckill_lock_table->changed, 1);
+		seckill_reply_error(reply, r ? SK_ERR_REDIS_REFUSED : SK_ERR_REDIS, "releasing lock \"%s\": %s",
 					   request->lock.name,
 					   r ? r[0].str : sk_redlock_enabled() ? "too few Redlock nodes answered" : sk_redis_error());
 		return;
 	}
-	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
 	e = seckill_lock_of_owner(owner);
 	if (e != NULL)
 		e->state = LOCK_FREE;
-	LWLockRelease(seckill_shared->locks_lock);
+	LWLockRelease(seckill_lock_table->lock);
 	wake_waiters(request->lock.name);
 	reply->status = SK_OK;
 	reply->values[0] = released;
@@ -275,7 +276,7 @@ sk_lock_keeper_tick(void)
 	SkReply    *r;
 	int		   *result;
 
-	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < seckill_max_locks; i++)
 	{
 		SeckillLockEntry *e = &seckill_locks[i];
@@ -321,7 +322,7 @@ sk_lock_keeper_tick(void)
 		jobs[njobs].release = release;
 		njobs++;
 	}
-	LWLockRelease(seckill_shared->locks_lock);
+	LWLockRelease(seckill_lock_table->lock);
 	if (njobs == 0)
 		return next;
 
@@ -360,7 +361,7 @@ sk_lock_keeper_tick(void)
 			result[i] = sk_reply_is_error(&r[i]) ? -1 : (int) sk_reply_int(&r[i]);
 	}
 
-	LWLockAcquire(seckill_shared->locks_lock, LW_EXCLUSIVE);
+	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < njobs; i++)
 	{
 		SeckillLockEntry *e = seckill_lock_of_owner(jobs[i].owner);
@@ -392,6 +393,6 @@ sk_lock_keeper_tick(void)
 							e->name, e->owner_pid)));
 		}
 	}
-	LWLockRelease(seckill_shared->locks_lock);
+	LWLockRelease(seckill_lock_table->lock);
 	return next;
 }

@@ -11,7 +11,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "store.h"
+#include "store/store.h"
 
 #include "access/xact.h"
 #include "access/xlog.h"
@@ -19,8 +19,7 @@
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "pgstat.h"
-#include "shmem.h"
-#include "token.h"
+#include "shared/shmem.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -420,6 +419,18 @@ store_have_active_order(int64 campaign_id, const char **users, int n)
 	return active;
 }
 
+/* A campaign's token secret, as seckill.token_secrets holds it, into its limits. */
+void
+store_token_secret_copy(const bytea *secret, SeckillLimits *limits)
+{
+	if (VARSIZE_ANY_EXHDR(secret) != SK_TOKEN_SECRET_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("a token secret must be %d bytes long", SK_TOKEN_SECRET_LEN)));
+	memcpy(limits->token_secret, VARDATA_ANY(secret), SK_TOKEN_SECRET_LEN);
+	limits->has_token_secret = true;
+}
+
 static void
 row_from_tuple(HeapTuple tuple, TupleDesc desc, SkCampaignRow *row)
 {
@@ -440,7 +451,7 @@ row_from_tuple(HeapTuple tuple, TupleDesc desc, SkCampaignRow *row)
 	row->created_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 17, &isnull));
 	secret = SPI_getbinval(tuple, desc, 18, &isnull);
 	if (!isnull)
-		seckill_token_secret_copy(DatumGetByteaPP(secret), &row->limits);
+		store_token_secret_copy(DatumGetByteaPP(secret), &row->limits);
 }
 
 /* Read the LIMITS_COLUMNS that start at column first (1-based). */

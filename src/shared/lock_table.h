@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
- * locks.h
- *		Distributed locks for SQL callers: leases in Redis with an owner
- *		token per acquisition, held and renewed by the worker, recorded in
- *		a shared table so that every backend and the worker see them.
+ * lock_table.h
+ *		The table of the SQL callers' distributed locks in shared memory:
+ *		leases in Redis with an owner token per acquisition, held and
+ *		renewed by the worker, recorded here so that every backend and the
+ *		worker see them.
  *
  * A backend asks the worker to take a lease (lua/acquire.lua) and, while it
  * waits, asks again with a jittered backoff.  The worker records the lock
@@ -15,10 +16,13 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifndef SECKILL_LOCKS_H
-#define SECKILL_LOCKS_H
+#ifndef SECKILL_LOCK_TABLE_H
+#define SECKILL_LOCK_TABLE_H
 
-#include "shmem.h"
+#include "seckill.h"
+
+#include "port/atomics.h"
+#include "storage/lwlock.h"
 
 typedef enum SeckillLockState
 {
@@ -44,22 +48,21 @@ typedef struct SeckillLockEntry
 	int32		renewals;
 } SeckillLockEntry;
 
-extern SeckillLockEntry *seckill_locks;
-extern int	seckill_max_locks;
-extern int	seckill_lock_max_hold;
+typedef struct SeckillLockTable
+{
+	LWLock	   *lock;			/* guards the entries */
+	pg_atomic_uint32 changed;	/* a lock was taken or handed back: the keeper looks */
+	SeckillLockEntry entries[FLEXIBLE_ARRAY_MEMBER];	/* seckill.max_locks of them */
+} SeckillLockTable;
 
-extern Size seckill_locks_shmem_size(void);
-extern void seckill_locks_shmem_init(char *base, bool found);
+extern SeckillLockTable *seckill_lock_table;
+#define seckill_locks (seckill_lock_table->entries)
 
-/* worker (lock_keeper.c) */
-extern void sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply);
-extern void sk_lock_release(const SeckillRequest *request, SeckillReply *reply);
+extern void seckill_lock_table_register(void);
 extern uint32 seckill_lock_wait_hash(const char *name);
 extern bool seckill_lock_live(const SeckillLockEntry *e, TimestampTz now);
 extern SeckillLockEntry *seckill_lock_of_owner(const char *owner);
 extern void seckill_lock_hand_back(const char *owner);
-extern char *sk_lock_channel(void);
-extern void sk_lock_released(const char *key);
-extern long sk_lock_keeper_tick(void);
+extern void seckill_lock_wake_keeper(void);
 
-#endif							/* SECKILL_LOCKS_H */
+#endif							/* SECKILL_LOCK_TABLE_H */

@@ -3,15 +3,18 @@
  * admin.c
  *		The DBA's functions: preheat, close, and the worker's view of a
  *		campaign for seckill_status and seckill_reconcile.  The work itself
- *		happens in the worker (campaign_ops.c), which owns Redis.
+ *		happens in the worker (worker/campaign_admin.c), which owns Redis.
  *
  *-------------------------------------------------------------------------
  */
-#include "backend.h"
+#include "backend/backend.h"
 
 #include "access/htup_details.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "shared/campaign_cache.h"
+#include "shared/shmem.h"
+#include "shared/stats.h"
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(seckill_preheat);
@@ -25,20 +28,6 @@ PG_FUNCTION_INFO_V1(seckill_restock);
 PG_FUNCTION_INFO_V1(seckill_release_campaign);
 PG_FUNCTION_INFO_V1(seckill_apply_limits);
 PG_FUNCTION_INFO_V1(seckill_sql_changed);
-
-/* The id of the open campaign for goods; ERROR when there is none. */
-int64
-seckill_open_campaign_id(const char *goods)
-{
-	CampaignInfo info;
-
-	if (!seckill_campaign_by_goods(goods, &info) || strcmp(info.state, "closed") == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("no open campaign for goods \"%s\"", goods),
-				 errhint("Create one with seckill_campaign_create().")));
-	return info.id;
-}
 
 /* seckill_preheat(goods text) RETURNS int: the stock now in Redis */
 Datum
@@ -103,7 +92,7 @@ seckill_redis_state(PG_FUNCTION_ARGS)
 	return values_row(fcinfo, reply.values, 4);
 }
 
-/* seckill.reconcile_campaign(campaign_id) RETURNS (...); see campaign_ops.c */
+/* seckill.reconcile_campaign(campaign_id) RETURNS (...); see worker/campaign_admin.c */
 Datum
 seckill_reconcile_campaign(PG_FUNCTION_ARGS)
 {
@@ -124,13 +113,13 @@ seckill_reset_shared_state(PG_FUNCTION_ARGS)
 	if (seckill_shared != NULL &&
 		(!OidIsValid(seckill_shared->database_id) || MyDatabaseId == seckill_shared->database_id))
 	{
-		LWLockAcquire(seckill_shared->campaigns_lock, LW_EXCLUSIVE);
+		LWLockAcquire(seckill_campaign_cache->lock, LW_EXCLUSIVE);
 		for (int i = 0; i < seckill_max_campaigns; i++)
 		{
 			seckill_campaigns[i].id = 0;
 			seckill_stats[i].campaign_id = 0;
 		}
-		LWLockRelease(seckill_shared->campaigns_lock);
+		LWLockRelease(seckill_campaign_cache->lock);
 		pg_atomic_fetch_add_u32(&seckill_shared->install_generation, 1);
 	}
 	PG_RETURN_VOID();
@@ -148,7 +137,7 @@ seckill_worker_counters(PG_FUNCTION_ARGS)
 	int64		v[6];
 
 	seckill_check_database();
-	c = &seckill_shared->counters;
+	c = &seckill_figures->counters;
 	v[0] = pg_atomic_read_u64(&c->rounds);
 	v[1] = pg_atomic_read_u64(&c->purchases);
 	v[2] = pg_atomic_read_u64(&c->redis_round_trips);

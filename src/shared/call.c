@@ -1,118 +1,69 @@
 /*-------------------------------------------------------------------------
  *
- * shmem.c
- *		Shared memory: request slots, the queue the worker drains, and the
- *		campaign cache that lets backends answer without the worker.
+ * call.c
+ *		The call transport: a backend puts its request in its own slot,
+ *		queues it and sets the worker's latch; the worker drains the queue
+ *		in rounds and answers each slot, setting its caller's latch.
  *
  *-------------------------------------------------------------------------
  */
-#include "shmem.h"
+#include "shared/call.h"
 
-#include "locks.h"
 #include "miscadmin.h"
 #include "pgstat.h"
-#include "stats.h"
+#include "shared/shmem.h"
 #include "storage/backendid.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
 
-SeckillShared *seckill_shared = NULL;
-SeckillCampaign *seckill_campaigns = NULL;
-SeckillSlot *seckill_slots = NULL;
-SeckillStats *seckill_stats = NULL;
-static int *seckill_queue = NULL;
+SeckillCalls *seckill_calls = NULL;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static bool exit_callback_registered = false;
 static uint32 checked_generation = PG_UINT32_MAX;	/* see seckill_check_database */
 
 static Size
-seckill_shmem_size(void)
+calls_size(void)
 {
-	Size		size = MAXALIGN(sizeof(SeckillShared));
-
-	size = add_size(size, mul_size(seckill_max_campaigns, sizeof(SeckillCampaign)));
-	size = add_size(size, mul_size(seckill_max_campaigns, sizeof(SeckillStats)));
-	size = add_size(size, mul_size(MaxBackends, sizeof(SeckillSlot)));
-	size = add_size(size, mul_size(MaxBackends, sizeof(int)));
-	size = add_size(size, MAXIMUM_ALIGNOF);
-	size = add_size(size, seckill_locks_shmem_size());
-	return size;
+	return add_size(MAXALIGN(add_size(offsetof(SeckillCalls, slots),
+									  mul_size(MaxBackends, sizeof(SeckillSlot)))),
+					mul_size(MaxBackends, sizeof(int)));
 }
 
 static void
-seckill_shmem_request(void)
+calls_init(void *base, bool found, LWLockPadded *lwlocks)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-	RequestAddinShmemSpace(seckill_shmem_size());
-	RequestNamedLWLockTranche("seckill", 3);
-}
-
-static void
-seckill_shmem_startup(void)
-{
-	bool		found;
-	char	   *p;
-
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	seckill_shared = ShmemInitStruct("seckill", seckill_shmem_size(), &found);
-	p = (char *) seckill_shared + MAXALIGN(sizeof(SeckillShared));
-	seckill_campaigns = (SeckillCampaign *) p;
-	p += seckill_max_campaigns * sizeof(SeckillCampaign);
-	seckill_stats = (SeckillStats *) p;
-	p += seckill_max_campaigns * sizeof(SeckillStats);
-	seckill_slots = (SeckillSlot *) p;
-	p += MaxBackends * sizeof(SeckillSlot);
-	seckill_queue = (int *) p;
-	p += MaxBackends * sizeof(int);
-	seckill_locks_shmem_init((char *) MAXALIGN(p), found);
-
-	if (!found)
+	seckill_calls = base;
+	if (found)
+		return;
+	memset(seckill_calls, 0, calls_size());
+	seckill_calls->lock = &lwlocks[0].lock;
+	seckill_calls->queue = (int *) ((char *) base +
+									MAXALIGN(offsetof(SeckillCalls, slots) + MaxBackends * sizeof(SeckillSlot)));
+	for (int i = 0; i < MaxBackends; i++)
 	{
-		LWLockPadded *locks = GetNamedLWLockTranche("seckill");
-
-		memset(seckill_shared, 0, seckill_shmem_size());
-		seckill_shared->queue_lock = &locks[0].lock;
-		seckill_shared->campaigns_lock = &locks[1].lock;
-		seckill_shared->locks_lock = &locks[2].lock;
-		pg_atomic_init_u32(&seckill_shared->install_generation, 0);
-		pg_atomic_init_u32(&seckill_shared->locks_changed, 0);
-		pg_atomic_init_u64(&seckill_shared->counters.rounds, 0);
-		pg_atomic_init_u64(&seckill_shared->counters.purchases, 0);
-		pg_atomic_init_u64(&seckill_shared->counters.redis_round_trips, 0);
-		pg_atomic_init_u64(&seckill_shared->counters.commits, 0);
-		pg_atomic_init_u64(&seckill_shared->counters.compensations, 0);
-		seckill_stats_init(&seckill_shared->all);
-		for (int b = 0; b < SK_HIST_BUCKETS; b++)
-			pg_atomic_init_u64(&seckill_shared->redis_latency.counts[b], 0);
-		for (int i = 0; i < seckill_max_campaigns; i++)
-			seckill_stats_init(&seckill_stats[i]);
-		SpinLockInit(&seckill_shared->stats_mutex);
-		seckill_shared->stats_since = GetCurrentTimestamp();
-		for (int i = 0; i < seckill_max_campaigns; i++)
-			pg_atomic_init_u32(&seckill_campaigns[i].sold_out, 0);
-		for (int i = 0; i < MaxBackends; i++)
-		{
-			SpinLockInit(&seckill_slots[i].mutex);
-			seckill_slots[i].state = SLOT_FREE;
-		}
+		SpinLockInit(&seckill_slots[i].mutex);
+		seckill_slots[i].state = SLOT_FREE;
 	}
-	LWLockRelease(AddinShmemInitLock);
 }
 
 void
-seckill_shmem_init(void)
+seckill_call_register(void)
 {
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = seckill_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = seckill_shmem_startup;
+	static const SeckillShmemPart part = {"seckill calls", 1, calls_size, calls_init};
+
+	seckill_shmem_register(&part);
+}
+
+void
+seckill_reply_error(SeckillReply *reply, SeckillStatus status, const char *fmt,...)
+{
+	va_list		ap;
+
+	reply->status = status;
+	va_start(ap, fmt);
+	vsnprintf(reply->message, sizeof(reply->message), fmt, ap);
+	va_end(ap);
 }
 
 /*
@@ -281,11 +232,11 @@ seckill_call(const SeckillRequest *request)
 		CHECK_FOR_INTERRUPTS();
 	}
 
-	LWLockAcquire(seckill_shared->queue_lock, LW_EXCLUSIVE);
-	seckill_queue[(seckill_shared->queue_head + seckill_shared->queue_len) % MaxBackends] =
+	LWLockAcquire(seckill_calls->lock, LW_EXCLUSIVE);
+	seckill_calls->queue[(seckill_calls->head + seckill_calls->len) % MaxBackends] =
 		MyBackendId - 1;
-	seckill_shared->queue_len++;
-	LWLockRelease(seckill_shared->queue_lock);
+	seckill_calls->len++;
+	LWLockRelease(seckill_calls->lock);
 
 	worker_latch = seckill_shared->worker_latch;
 	if (worker_latch)
@@ -328,48 +279,19 @@ seckill_call(const SeckillRequest *request)
 	return reply;
 }
 
-/* Copy the cached campaign open for this goods; false when none is cached. */
-bool
-seckill_campaign_lookup(const char *goods, SeckillCampaign *out)
-{
-	bool		found = false;
-
-	LWLockAcquire(seckill_shared->campaigns_lock, LW_SHARED);
-	for (int i = 0; i < seckill_max_campaigns; i++)
-	{
-		SeckillCampaign *c = &seckill_campaigns[i];
-
-		if (c->id != 0 && strcmp(c->goods, goods) == 0)
-		{
-			out->id = c->id;
-			strlcpy(out->goods, c->goods, sizeof(out->goods));
-			out->starts_at = c->starts_at;
-			out->ends_at = c->ends_at;
-			out->per_user_limit = c->per_user_limit;
-			out->limits = c->limits;
-			out->stats = c->stats;
-			pg_atomic_init_u32(&out->sold_out, pg_atomic_read_u32(&c->sold_out));
-			found = true;
-			break;
-		}
-	}
-	LWLockRelease(seckill_shared->campaigns_lock);
-	return found;
-}
-
 /* Worker: take up to max queued slot indexes, oldest first. */
 int
 seckill_queue_drain(int *slots, int max)
 {
 	int			n;
 
-	LWLockAcquire(seckill_shared->queue_lock, LW_EXCLUSIVE);
-	n = Min((int) seckill_shared->queue_len, max);
+	LWLockAcquire(seckill_calls->lock, LW_EXCLUSIVE);
+	n = Min((int) seckill_calls->len, max);
 	for (int i = 0; i < n; i++)
-		slots[i] = seckill_queue[(seckill_shared->queue_head + i) % MaxBackends];
-	seckill_shared->queue_head = (seckill_shared->queue_head + n) % MaxBackends;
-	seckill_shared->queue_len -= n;
-	LWLockRelease(seckill_shared->queue_lock);
+		slots[i] = seckill_calls->queue[(seckill_calls->head + i) % MaxBackends];
+	seckill_calls->head = (seckill_calls->head + n) % MaxBackends;
+	seckill_calls->len -= n;
+	LWLockRelease(seckill_calls->lock);
 	return n;
 }
 
@@ -468,117 +390,3 @@ seckill_fail_taken_slots(const char *why, int sqlerrcode)
 	}
 }
 
-SeckillCampaign *
-seckill_campaign_find(int64 id)
-{
-	for (int i = 0; i < seckill_max_campaigns; i++)
-		if (seckill_campaigns[i].id == id)
-			return &seckill_campaigns[i];
-	return NULL;
-}
-
-/* Worker: is there an entry for this campaign, or a free one? */
-bool
-seckill_campaign_has_room(int64 id)
-{
-	return seckill_campaign_find(id) != NULL || seckill_campaign_find(0) != NULL;
-}
-
-SeckillStats *
-seckill_stats_find(int64 campaign_id)
-{
-	for (int i = 0; i < seckill_max_campaigns; i++)
-		if (seckill_stats[i].campaign_id == campaign_id)
-			return &seckill_stats[i];
-	return NULL;
-}
-
-/*
- * The stats entry of a campaign being cached: its own, else an unused one,
- * else that of a campaign no longer cached (there is always one, as there
- * are as many entries as cache entries).  Under campaigns_lock.
- */
-static int
-stats_entry_for(int64 id, const char *goods)
-{
-	SeckillStats *st = seckill_stats_find(id);
-
-	if (st == NULL)
-		st = seckill_stats_find(0);
-	for (int i = 0; st == NULL && i < seckill_max_campaigns; i++)
-		if (seckill_campaign_find(seckill_stats[i].campaign_id) == NULL)
-			st = &seckill_stats[i];
-	Assert(st != NULL);
-	if (st->campaign_id != id)
-	{
-		/*
-		 * Counts start afresh; in_flight is left to the callers of the
-		 * previous campaign still counted there, which take themselves off.
-		 */
-		seckill_stats_zero(st);
-		st->campaign_id = id;
-		strlcpy(st->goods, goods, sizeof(st->goods));
-	}
-	return st - seckill_stats;
-}
-
-/* Worker: add or update a cached campaign; false when the cache is full. */
-bool
-seckill_campaign_store(int64 id, const char *goods, TimestampTz starts_at,
-					   TimestampTz ends_at, int per_user_limit,
-					   const SeckillLimits *limits, TimestampTz created_at,
-					   bool sold_out)
-{
-	SeckillCampaign *c;
-
-	LWLockAcquire(seckill_shared->campaigns_lock, LW_EXCLUSIVE);
-	/* one goods, one cached campaign: drop a stale entry of an earlier campaign */
-	for (int i = 0; i < seckill_max_campaigns; i++)
-		if (seckill_campaigns[i].id != id && strcmp(seckill_campaigns[i].goods, goods) == 0)
-			seckill_campaigns[i].id = 0;
-	c = seckill_campaign_find(id);
-	if (c == NULL)
-		c = seckill_campaign_find(0);
-	if (c == NULL)
-	{
-		LWLockRelease(seckill_shared->campaigns_lock);
-		return false;
-	}
-	c->id = id;
-	strlcpy(c->goods, goods, sizeof(c->goods));
-	c->starts_at = starts_at;
-	c->ends_at = ends_at;
-	c->per_user_limit = per_user_limit;
-	c->limits = *limits;
-	c->created_at = created_at;
-	c->stats = stats_entry_for(id, goods);
-	c->empty_shards = sold_out ? ~UINT64CONST(0) : 0;
-	pg_atomic_write_u32(&c->sold_out, sold_out ? 1 : 0);
-	LWLockRelease(seckill_shared->campaigns_lock);
-	return true;
-}
-
-/* Worker: new traffic limits of a cached campaign. */
-void
-seckill_campaign_set_limits(int64 id, const SeckillLimits *limits)
-{
-	SeckillCampaign *c;
-
-	LWLockAcquire(seckill_shared->campaigns_lock, LW_EXCLUSIVE);
-	c = seckill_campaign_find(id);
-	if (c != NULL)
-		c->limits = *limits;
-	LWLockRelease(seckill_shared->campaigns_lock);
-}
-
-void
-seckill_campaign_forget(int64 id)
-{
-	SeckillCampaign *c;
-
-	LWLockAcquire(seckill_shared->campaigns_lock, LW_EXCLUSIVE);
-	c = seckill_campaign_find(id);
-	if (c != NULL)
-		c->id = 0;
-	LWLockRelease(seckill_shared->campaigns_lock);
-}

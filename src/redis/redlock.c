@@ -15,11 +15,11 @@
  *
  * Redlock guards against the loss of one Redis node; it does not make a
  * lease safe against a holder that stalls past it, nor against clocks that
- * jump.  The fencing tokens do (locks.h).
+ * jump.  The fencing tokens do (shared/lock_table.h).
  *
  *-------------------------------------------------------------------------
  */
-#include "redlock.h"
+#include "redis/redlock.h"
 
 #include <hiredis/hiredis.h>
 
@@ -98,8 +98,8 @@ sk_redlock_enabled(void)
 }
 
 /* Check hook of seckill.redlock_nodes: an odd count of host:port, at least 3. */
-bool
-sk_redlock_check_nodes(char **newval, void **extra, GucSource source)
+static bool
+redlock_check_nodes(char **newval, void **extra, GucSource source)
 {
 	char	   *list;
 	char	   *item;
@@ -366,4 +366,15 @@ sk_redlock_batch(const RedlockCommand *commands, int ncommands, int *result)
 	call_all(commands, ncommands, yes, answered);
 	for (int c = 0; c < ncommands; c++)
 		result[c] = yes[c] >= quorum() ? 1 : answered[c] >= quorum() ? 0 : -1;
+}
+
+/* seckill.redlock_nodes, defined here with the check of its value. */
+void
+sk_redlock_define_gucs(void)
+{
+	DefineCustomStringVariable("seckill.redlock_nodes",
+							   "Independent Redis nodes (host:port, comma separated, an odd number, at least 3) that hold the SQL callers' locks by Redlock.",
+							   "Empty: the locks live on seckill.redis_host.  The nodes need no password.  A restart, so that no lock held on the old nodes is taken again on new ones.",
+							   &seckill_redlock_nodes, "",
+							   PGC_POSTMASTER, 0, redlock_check_nodes, NULL, NULL);
 }

@@ -54,6 +54,7 @@ typedef struct SkCampaignRow
 	"coalesce(max_in_flight, 0), token_required, " \
 	"(extract(epoch FROM token_ttl) * 1000000)::int8, shards"
 
+extern void store_token_secret_copy(const bytea *secret, SeckillLimits *limits);
 extern void store_limits_from_tuple(HeapTuple tuple, TupleDesc desc, int first,
 									SeckillLimits *limits);
 

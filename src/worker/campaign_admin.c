@@ -1,28 +1,26 @@
 /*-------------------------------------------------------------------------
  *
- * campaign_ops.c
- *		Worker-side admin work on campaigns, each step under the campaign's
- *		Redis lease: rebuild (preheat) from PostgreSQL, close, status,
- *		reconcile, and the replay of the reservation journal.
- *
- * The journal holds every reservation Redis granted that the worker has
- * not settled.  Replaying it turns each entry into an order (it was
- * committed: drop the entry) or a logged compensation (it was not: log it in
- * PostgreSQL, then give the stock back in Redis; both steps are idempotent
- * under the request id, so a crash between them is harmless).
+ * campaign_admin.c
+ *		The worker's admin work on campaigns, each under the campaign's
+ *		lease (worker/lease.c) and with its journal settled first: rebuild
+ *		(preheat) from PostgreSQL, close, status, reconcile, cancel, release,
+ *		restock, limits.
  *
  *-------------------------------------------------------------------------
  */
-#include "campaign_ops.h"
+#include "worker/campaign_admin.h"
 
 #include "access/xlog.h"
-#include "locks.h"
 #include "miscadmin.h"
-#include "redis.h"
-#include "stats.h"
-#include "store.h"
+#include "redis/redis.h"
+#include "shared/call.h"
+#include "shared/campaign_cache.h"
+#include "shared/stats.h"
+#include "store/store.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
+#include "worker/journal.h"
+#include "worker/lease.h"
 
 /* Users per SADD when staging buyers. */
 #define STAGE_CHUNK 1000
@@ -35,352 +33,11 @@
 #define RELEASE_BUDGET_MS 3
 static int	release_batch = 100;
 
-static uint64 lock_counter = 0;
-
-/* The lease held now, if any, so that it can be released after an error. */
-static int64 held_campaign = 0;
-static char *held_token = NULL;
-static int64 held_fence = 0;	/* its fencing token */
-static TimestampTz held_renewed = 0;	/* when its lease last began */
-
-void
-sk_reply_error(SeckillReply *reply, SeckillStatus status, const char *fmt,...)
-{
-	va_list		ap;
-
-	reply->status = status;
-	va_start(ap, fmt);
-	vsnprintf(reply->message, sizeof(reply->message), fmt, ap);
-	va_end(ap);
-}
-
-/*
- * Keep the backends' sold-out shortcut in step with Redis' stock: a
- * campaign is sold out when every shard is empty.
- */
-void
-sk_note_stock(int64 campaign_id, int shard, long long stock)
-{
-	SeckillCampaign *c = seckill_campaign_find(campaign_id);
-	int			nshards;
-	uint64		all;
-
-	if (c == NULL || stock < 0)
-		return;
-	nshards = Max(c->limits.shards, 1);
-	all = nshards == 64 ? ~UINT64CONST(0) : (UINT64CONST(1) << nshards) - 1;
-	if (stock == 0)
-		c->empty_shards |= UINT64CONST(1) << shard;
-	else
-		c->empty_shards &= ~(UINT64CONST(1) << shard);
-	pg_atomic_write_u32(&c->sold_out, (c->empty_shards & all) == all ? 1 : 0);
-}
-
-/* PostgreSQL says the campaign is sold out. */
-void
-sk_note_sold_out(int64 campaign_id)
-{
-	SeckillCampaign *c = seckill_campaign_find(campaign_id);
-
-	if (c == NULL)
-		return;
-	c->empty_shards = ~UINT64CONST(0);
-	pg_atomic_write_u32(&c->sold_out, 1);
-}
-
-/* The campaign's stock shards: from the cache, else from PostgreSQL. */
-static int
-campaign_shards(int64 id)
-{
-	SeckillCampaign *c = seckill_campaign_find(id);
-	SkCampaignRow row;
-	bool		found;
-
-	if (c != NULL)
-		return Max(c->limits.shards, 1);
-	store_begin("seckill: read campaign");
-	found = store_campaign(id, &row);
-	store_commit();
-	return found ? Max(row.limits.shards, 1) : 1;
-}
-
 /* Each shard's stock when a campaign's stock is split: as even as can be. */
 static int
 shard_stock(int stock, int shard, int nshards)
 {
 	return stock / nshards + (shard < stock % nshards ? 1 : 0);
-}
-
-/*
- * Take the campaign's lease.  Returns the owner token, or NULL with the
- * reply set when another cluster holds the lease or Redis failed.  The
- * token is unique per acquisition, so a late release can never free another
- * owner's lease.
- */
-static char *
-campaign_lock(int64 id, SeckillReply *reply)
-{
-	SkPipeline	p;
-	SkReply    *r;
-	char	   *key = sk_campaign_key(id, "lock");
-	char	   *cluster = psprintf(UINT64_FORMAT ":", GetSystemIdentifier());
-	char	   *token = psprintf("%s%d:" INT64_FORMAT ":" UINT64_FORMAT,
-								 cluster, MyProcPid, MyStartTimestamp, ++lock_counter);
-	const char *args[3] = {token, psprintf("%d", seckill_lock_lease), cluster};
-
-	sk_pipeline_init(&p);
-	sk_pipeline_script(&p, SK_SCRIPT_LOCK, 1, (const char **) &key, 3, args);
-	r = sk_pipeline_exec(&p);
-	if (r == NULL)
-	{
-		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
-		return NULL;
-	}
-	if (sk_reply_is_error(&r[0]))
-	{
-		sk_reply_error(reply, SK_ERR_REDIS_REFUSED, "taking the campaign's lock: %s", r[0].str);
-		return NULL;
-	}
-	if (sk_reply_int(&r[0]) != 1)
-	{
-		sk_reply_error(reply, SK_ERR_LOCKED,
-					   "campaign " INT64_FORMAT " is locked by another PostgreSQL cluster sharing this Redis (key %s)",
-					   id, key);
-		return NULL;
-	}
-	held_campaign = id;
-	held_token = MemoryContextStrdup(TopMemoryContext, token);
-	held_renewed = GetCurrentTimestamp();
-	held_fence = 0;				/* taken by the first write under the lease */
-	return token;
-}
-
-/*
- * Between the steps of long admin work (a rebuild shard by shard, releases
- * batch by batch): renew the campaign's lease once a third of it has gone,
- * and stop with an error if it is no longer ours.  Nothing when no lease is
- * held (the replay at the worker's start).
- */
-static void
-keep_lease(void)
-{
-	SkPipeline	p;
-	SkReply    *r;
-	const char *key;
-	const char *args[2];
-
-	if (held_token == NULL ||
-		GetCurrentTimestamp() < TimestampTzPlusMilliseconds(held_renewed, seckill_lock_lease / 3))
-		return;
-	key = sk_campaign_key(held_campaign, "lock");
-	args[0] = held_token;
-	args[1] = psprintf("%d", seckill_lock_lease);
-	held_renewed = GetCurrentTimestamp();
-	sk_pipeline_init(&p);
-	sk_pipeline_script(&p, SK_SCRIPT_RENEW, 1, &key, 2, args);
-	r = sk_pipeline_exec(&p);
-	if (r == NULL || sk_reply_is_error(&r[0]) || sk_reply_int(&r[0]) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("seckill lost the lease of campaign " INT64_FORMAT " during its admin work",
-						held_campaign),
-				 errhint("Raise seckill.lock_lease if this work takes longer; it is safe to run it again.")));
-}
-
-/*
- * In a transaction that writes under the campaign's lease: a stale holder
- * (its lease ran out while it stalled, and another took the campaign) is
- * refused, like a SQL caller's write behind seckill_fence_check().
- */
-static void
-fence(void)
-{
-	if (held_fence == 0)
-		held_fence = store_fence_token();
-	store_fence(psprintf("seckill:campaign:" INT64_FORMAT, held_campaign), held_fence);
-}
-
-static void
-campaign_unlock(void)
-{
-	SkPipeline	p;
-	const char *keys[1] = {sk_campaign_key(held_campaign, "lock")};
-	const char *token = held_token;
-
-	held_campaign = 0;
-	held_token = NULL;
-	sk_pipeline_init(&p);
-	sk_pipeline_script(&p, SK_SCRIPT_UNLOCK, 1, keys, 1, &token);
-	/* On failure the lease simply runs out. */
-	(void) sk_pipeline_exec(&p);
-	pfree((char *) token);
-}
-
-/* After an error in admin work: give the lease back rather than let it run out. */
-void
-sk_release_lock(void)
-{
-	if (held_token != NULL)
-		campaign_unlock();
-}
-
-/*
- * Redis answered with an error (LOADING, NOPERM, MOVED...): treat it as a
- * failed round trip, so that the replay is tried again later.
- */
-static bool
-redis_refused(const SkReply *r, const char *what)
-{
-	sk_redis_disconnect(psprintf("Redis refused %s: %s", what, r->str ? r->str : "unexpected reply"));
-	return false;
-}
-
-static void
-campaign_keys(int64 id, int shard, int nshards, const char **keys)
-{
-	keys[0] = sk_shard_key(id, shard, nshards, "meta");
-	keys[1] = sk_shard_key(id, shard, nshards, "buyers");
-	keys[2] = sk_shard_key(id, shard, nshards, "journal");
-}
-
-/*
- * Settle every journal entry of one shard of a campaign, and count the
- * reservations of stock among them (an entry of quantity 0 only holds the
- * buyer's place in its home shard while another shard lends the stock).
- * False when Redis failed (nothing is lost: the next replay takes over).
- */
-static bool
-replay_shard(int64 id, int shard, int nshards, int *committed, int *compensated)
-{
-	SkPipeline	p;
-	SkReply    *r;
-	const char *keys[3];
-	int			n;
-	int64	   *ids;
-	const char **users;
-	bool	   *exists;
-	bool	   *active;
-	int			ncommitted = 0,
-				ncompensated = 0;
-
-	campaign_keys(id, shard, nshards, keys);
-	sk_pipeline_init(&p);
-	sk_pipeline_add(&p, 2, (const char *[]) {"HGETALL", keys[2]}, NULL);
-	r = sk_pipeline_exec(&p);
-	if (r == NULL)
-		return false;
-	if (r[0].type != REDIS_REPLY_ARRAY)
-		return redis_refused(&r[0], "reading the journal");
-	n = r[0].elements / 2;
-	if (n == 0)
-		return true;
-
-	ids = palloc(sizeof(int64) * n);
-	users = palloc(sizeof(char *) * n);
-	for (int i = 0; i < n; i++)
-	{
-		const char *sep = strchr(r[0].element[2 * i + 1].str, ':');
-
-		ids[i] = strtoll(r[0].element[2 * i].str, NULL, 10);
-		users[i] = sep ? sep + 1 : "";
-	}
-
-	store_begin("seckill: replay journal");
-	exists = store_orders_exist(ids, n);
-	/* a user with another, committed order stays a buyer in Redis */
-	active = store_have_active_order(id, users, n);
-	for (int i = 0; i < n; i++)
-	{
-		const char *entry = r[0].element[2 * i + 1].str;
-		const char *sep = strchr(entry, ':');
-
-		if (exists[i] || sep == NULL || atoi(entry) == 0)
-			continue;
-		store_log_compensation(ids[i], id, sep + 1, atoi(entry),
-							   "not committed: replayed from the Redis journal");
-	}
-	store_commit();
-
-	sk_pipeline_init(&p);
-	for (int i = 0; i < n; i++)
-	{
-		char	   *reqid = r[0].element[2 * i].str;
-		bool		stock = atoi(r[0].element[2 * i + 1].str) > 0;
-
-		if (exists[i])
-		{
-			sk_pipeline_add(&p, 3, (const char *[]) {"HDEL", keys[2], reqid}, NULL);
-			ncommitted += stock;
-		}
-		else
-		{
-			const char *args[2] = {reqid, active[i] ? "keep" : "drop"};
-
-			sk_pipeline_script(&p, SK_SCRIPT_COMPENSATE, 3, keys, 2, args);
-			ncompensated += stock;
-		}
-	}
-	r = sk_pipeline_exec(&p);
-	if (r == NULL)
-		return false;
-	for (int i = 0; i < n; i++)
-	{
-		if (sk_reply_is_error(&r[i]))
-			return redis_refused(&r[i], "settling the journal");
-		if (!exists[i] && r[i].type == REDIS_REPLY_ARRAY && r[i].elements == 2)
-			sk_note_stock(id, shard, sk_reply_int(&r[i].element[1]));
-	}
-	seckill_stats_compensated(id, ncompensated);
-	ereport(LOG,
-			(errmsg("seckill worker replayed the journal of campaign " INT64_FORMAT " (shard %d of %d): %d committed, %d given back",
-					id, shard, nshards, ncommitted, ncompensated)));
-	*committed += ncommitted;
-	*compensated += ncompensated;
-	return true;
-}
-
-/* Settle the journals of every shard of a campaign.  False when Redis failed. */
-static bool
-replay_campaign(int64 id, int *committed, int *compensated)
-{
-	int			nshards = campaign_shards(id);
-	int			ncommitted = 0,
-				ncompensated = 0;
-
-	for (int shard = 0; shard < nshards; shard++)
-	{
-		keep_lease();
-		if (!replay_shard(id, shard, nshards, &ncommitted, &ncompensated))
-			return false;
-	}
-	if (committed)
-		*committed = ncommitted;
-	if (compensated)
-		*compensated = ncompensated;
-	return true;
-}
-
-/*
- * Replay the journals of every preheated campaign.  False when Redis failed,
- * or when the SQL is outdated (the campaigns cannot be read yet).
- */
-bool
-sk_replay_all(void)
-{
-	List	   *rows = store_preheated_campaigns();
-	ListCell   *lc;
-
-	if (store_sql_outdated)
-		return false;
-
-	foreach(lc, rows)
-	{
-		SkCampaignRow *row = lfirst(lc);
-
-		if (!replay_campaign(row->id, NULL, NULL))
-			return false;
-	}
-	return true;
 }
 
 static char *
@@ -435,7 +92,7 @@ load_shard(const SkCampaignRow *row, int shard, int nshards, int stock, List *bu
 	int			nsadd = 0;
 	ListCell   *lc;
 
-	campaign_keys(row->id, shard, nshards, keys);
+	sk_campaign_keys(row->id, shard, nshards, keys);
 	keys[3] = sk_shard_key(row->id, shard, nshards, "staged-buyers");
 	sk_pipeline_init(&p);
 	if (draft)
@@ -468,12 +125,12 @@ load_shard(const SkCampaignRow *row, int shard, int nshards, int stock, List *bu
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 	{
-		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
 		return false;
 	}
 	if (sk_reply_is_error(&r[p.count - 1]))
 	{
-		sk_reply_error(reply, SK_ERR_INVALID, "loading campaign " INT64_FORMAT " into Redis failed: %s",
+		seckill_reply_error(reply, SK_ERR_INVALID, "loading campaign " INT64_FORMAT " into Redis failed: %s",
 					   row->id, r[p.count - 1].str);
 		return false;
 	}
@@ -502,20 +159,20 @@ rebuild_locked(int64 id, SeckillReply *reply)
 	store_commit();
 	if (!found)
 	{
-		sk_reply_error(reply, SK_ERR_INVALID,
+		seckill_reply_error(reply, SK_ERR_INVALID,
 					   "campaign " INT64_FORMAT " is not visible to the seckill worker; commit the transaction that created it first",
 					   id);
 		return;
 	}
 	if (strcmp(row.state, "closed") == 0)
 	{
-		sk_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " is closed", id);
+		seckill_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " is closed", id);
 		return;
 	}
 	/* before anything changes: a campaign on sale must be in the cache */
 	if (!seckill_campaign_has_room(id))
 	{
-		sk_reply_error(reply, SK_ERR_INVALID,
+		seckill_reply_error(reply, SK_ERR_INVALID,
 					   "too many preheated campaigns: seckill.max_campaigns is %d; close finished campaigns with seckill_close(), or raise seckill.max_campaigns and restart the server",
 					   seckill_max_campaigns);
 		reply->sqlerrcode = ERRCODE_PROGRAM_LIMIT_EXCEEDED;
@@ -529,16 +186,16 @@ rebuild_locked(int64 id, SeckillReply *reply)
 	 */
 	draft = strcmp(row.state, "draft") == 0;
 	nshards = Max(row.limits.shards, 1);
-	if (!draft && !replay_campaign(id, NULL, NULL))
+	if (!draft && !sk_journal_replay_campaign(id, NULL, NULL))
 	{
-		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
 		return;
 	}
 
 	stock = row.total_stock - row.sold;
 	for (int shard = 0; shard < nshards; shard++)
 	{
-		keep_lease();
+		sk_lease_keep();
 		if (!load_shard(&row, shard, nshards, shard_stock(stock, shard, nshards), buyers,
 						draft, reply))
 			return;
@@ -547,14 +204,14 @@ rebuild_locked(int64 id, SeckillReply *reply)
 	if (draft)
 	{
 		store_begin("seckill: preheat campaign");
-		fence();
+		sk_lease_fence();
 		store_set_state(id, "preheated");
 		store_commit();
 	}
 	(void) seckill_campaign_store(id, row.goods, row.starts_at, row.ends_at,
 								  row.per_user_limit, &row.limits, row.created_at, stock <= 0);
 	for (int shard = 0; shard < nshards; shard++)
-		sk_note_stock(id, shard, shard_stock(stock, shard, nshards));
+		seckill_campaign_note_stock(id, shard, shard_stock(stock, shard, nshards));
 	ereport(LOG,
 			(errmsg("seckill worker loaded campaign " INT64_FORMAT " (\"%s\") into Redis: stock %d, %d buyers, %d shard(s)",
 					id, row.goods, stock, list_length(buyers), nshards)));
@@ -571,17 +228,17 @@ close_locked(int64 id, SeckillReply *reply)
 	const char *keys[3];
 	char	   *ttl = "604800";
 
-	if (!replay_campaign(id, NULL, NULL))
+	if (!sk_journal_replay_campaign(id, NULL, NULL))
 	{
-		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
 		return;
 	}
 	store_begin("seckill: close campaign");
-	fence();
+	sk_lease_fence();
 	if (!store_campaign(id, &row))
 	{
 		store_commit();
-		sk_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " does not exist", id);
+		seckill_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " does not exist", id);
 		return;
 	}
 	if (strcmp(row.state, "closed") != 0)
@@ -593,14 +250,14 @@ close_locked(int64 id, SeckillReply *reply)
 	sk_pipeline_init(&p);
 	for (int shard = 0; shard < Max(row.limits.shards, 1); shard++)
 	{
-		campaign_keys(id, shard, Max(row.limits.shards, 1), keys);
+		sk_campaign_keys(id, shard, Max(row.limits.shards, 1), keys);
 		sk_pipeline_add(&p, 4, (const char *[]) {"HSET", keys[0], "state", "closed"}, NULL);
 		sk_pipeline_add(&p, 3, (const char *[]) {"EXPIRE", keys[0], ttl}, NULL);
 		sk_pipeline_add(&p, 3, (const char *[]) {"EXPIRE", keys[1], ttl}, NULL);
 	}
 	if (sk_pipeline_exec(&p) == NULL)
 	{
-		sk_reply_error(reply, SK_ERR_REDIS,
+		seckill_reply_error(reply, SK_ERR_REDIS,
 					   "campaign closed in PostgreSQL, but Redis failed: %s", sk_redis_error());
 		return;
 	}
@@ -609,18 +266,18 @@ close_locked(int64 id, SeckillReply *reply)
 }
 
 static void
-status(int64 id, SeckillReply *reply)
+campaign_status(int64 id, SeckillReply *reply)
 {
 	SkPipeline	p;
 	SkReply    *r;
 	const char *keys[3];
 	SeckillCampaign *c = seckill_campaign_find(id);
-	int			nshards = campaign_shards(id);
+	int			nshards = sk_campaign_shards(id);
 
 	sk_pipeline_init(&p);
 	for (int shard = 0; shard < nshards; shard++)
 	{
-		campaign_keys(id, shard, nshards, keys);
+		sk_campaign_keys(id, shard, nshards, keys);
 		sk_pipeline_add(&p, 3, (const char *[]) {"HGET", keys[0], "stock"}, NULL);
 		sk_pipeline_add(&p, 2, (const char *[]) {"SCARD", keys[1]}, NULL);
 		sk_pipeline_add(&p, 2, (const char *[]) {"HLEN", keys[2]}, NULL);
@@ -628,7 +285,7 @@ status(int64 id, SeckillReply *reply)
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 	{
-		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
 		return;
 	}
 	/* the sums over the shards; the stock is unknown (-1) when a shard lost it */
@@ -658,12 +315,12 @@ reconcile_locked(int64 id, SeckillReply *reply)
 	int			expected;
 	bool		repaired;
 
-	if (!replay_campaign(id, &committed, &compensated))
+	if (!sk_journal_replay_campaign(id, &committed, &compensated))
 	{
-		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
 		return;
 	}
-	status(id, reply);
+	campaign_status(id, reply);
 	if (reply->status != SK_OK)
 		return;
 	redis_stock = reply->values[0];
@@ -673,7 +330,7 @@ reconcile_locked(int64 id, SeckillReply *reply)
 	if (!store_campaign(id, &row))
 	{
 		store_commit();
-		sk_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " does not exist", id);
+		seckill_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " does not exist", id);
 		return;
 	}
 	buyers = store_buyers(id);
@@ -711,7 +368,7 @@ restock(const SkCancelled *c)
 {
 	SkPipeline	p;
 	SkReply    *r;
-	int			nshards = campaign_shards(c->campaign_id);
+	int			nshards = sk_campaign_shards(c->campaign_id);
 	const char **args = palloc(sizeof(char *) * (2 + list_length(c->users)));
 	int		   *sent = palloc(sizeof(int) * nshards);
 	int		   *sent_qty = palloc(sizeof(int) * nshards);
@@ -754,7 +411,7 @@ restock(const SkCancelled *c)
 			why = r ? r[i].str : sk_redis_error();
 			continue;
 		}
-		sk_note_stock(c->campaign_id, sent[i], sk_reply_int(&r[i]));
+		seckill_campaign_note_stock(c->campaign_id, sent[i], sk_reply_int(&r[i]));
 	}
 	if (lost > 0)
 		ereport(WARNING,
@@ -773,13 +430,13 @@ cancel_order(int64 order_id, SeckillReply *reply)
 	store_commit();
 	if (c.status[0] == '\0')
 	{
-		sk_reply_error(reply, SK_ERR_INVALID, "no order " INT64_FORMAT, order_id);
+		seckill_reply_error(reply, SK_ERR_INVALID, "no order " INT64_FORMAT, order_id);
 		reply->sqlerrcode = ERRCODE_NO_DATA_FOUND;
 		return;
 	}
 	if (strcmp(c.status, "paid") == 0)
 	{
-		sk_reply_error(reply, SK_ERR_INVALID,
+		seckill_reply_error(reply, SK_ERR_INVALID,
 					   "order " INT64_FORMAT " is paid; a paid order is refunded outside seckill", order_id);
 		return;
 	}
@@ -803,7 +460,7 @@ release_locked(int64 id, SeckillReply *reply)
 	int64		took;
 
 	store_begin("seckill: release expired orders");
-	fence();
+	sk_lease_fence();
 	n = store_release_expired(id, batch, &c);
 	store_commit();
 	if (n > 0)
@@ -829,18 +486,18 @@ restock_locked(int64 id, int delta, SeckillReply *reply)
 	SkCampaignRow row;
 	bool		done;
 
-	if (!replay_campaign(id, NULL, NULL))
+	if (!sk_journal_replay_campaign(id, NULL, NULL))
 	{
-		sk_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
 		return;
 	}
 	store_begin("seckill: restock campaign");
-	fence();
+	sk_lease_fence();
 	done = store_restock(id, delta, &row);
 	store_commit();
 	if (!done)
 	{
-		sk_reply_error(reply, SK_ERR_INVALID,
+		seckill_reply_error(reply, SK_ERR_INVALID,
 					   "campaign " INT64_FORMAT " cannot lose %d item(s): fewer than that are unsold", id, -delta);
 		reply->sqlerrcode = ERRCODE_CHECK_VIOLATION;
 		return;
@@ -858,13 +515,13 @@ restock_locked(int64 id, int delta, SeckillReply *reply)
 							"stock", psprintf("%d", shard_stock(stock, shard, nshards))}, NULL);
 		if (sk_pipeline_exec(&p) == NULL)
 		{
-			sk_reply_error(reply, SK_ERR_REDIS,
+			seckill_reply_error(reply, SK_ERR_REDIS,
 						   "the stock changed in PostgreSQL, but Redis failed (seckill_reconcile() will catch up): %s",
 						   sk_redis_error());
 			return;
 		}
 		for (int shard = 0; shard < nshards; shard++)
-			sk_note_stock(id, shard, shard_stock(stock, shard, nshards));
+			seckill_campaign_note_stock(id, shard, shard_stock(stock, shard, nshards));
 	}
 	reply->status = SK_OK;
 	reply->values[0] = row.total_stock;
@@ -881,13 +538,13 @@ limits_locked(int64 id, const SeckillLimits *limits, SeckillReply *reply)
 	bool		found;
 
 	store_begin("seckill: set campaign limits");
-	fence();
+	sk_lease_fence();
 	store_set_limits(id, limits);
 	found = store_campaign(id, &row);
 	store_commit();
 	if (!found)
 	{
-		sk_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " does not exist", id);
+		seckill_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " does not exist", id);
 		return;
 	}
 	if (strcmp(row.state, "preheated") == 0)
@@ -907,13 +564,13 @@ limits_locked(int64 id, const SeckillLimits *limits, SeckillReply *reply)
 		for (int shard = 0; r != NULL && shard < nshards; shard++)
 			if (sk_reply_is_error(&r[shard]))
 			{
-				sk_reply_error(reply, SK_ERR_REDIS_REFUSED,
+				seckill_reply_error(reply, SK_ERR_REDIS_REFUSED,
 							   "the limits changed in PostgreSQL, but Redis refused them: %s", r[shard].str);
 				return;
 			}
 		if (r == NULL)
 		{
-			sk_reply_error(reply, SK_ERR_REDIS,
+			seckill_reply_error(reply, SK_ERR_REDIS,
 						   "the limits changed in PostgreSQL, but Redis failed (seckill_preheat() or seckill_reconcile() will catch up): %s",
 						   sk_redis_error());
 			return;
@@ -930,7 +587,7 @@ sk_serve_admin(const SeckillRequest *request, SeckillReply *reply)
 
 	if (request->kind == SK_REQ_STATUS)
 	{
-		status(id, reply);
+		campaign_status(id, reply);
 		return;
 	}
 	if (request->kind == SK_REQ_CANCEL)
@@ -938,17 +595,7 @@ sk_serve_admin(const SeckillRequest *request, SeckillReply *reply)
 		cancel_order(request->order_id, reply);
 		return;
 	}
-	if (request->kind == SK_REQ_LOCK)
-	{
-		sk_lock_acquire(request, reply);
-		return;
-	}
-	if (request->kind == SK_REQ_UNLOCK)
-	{
-		sk_lock_release(request, reply);
-		return;
-	}
-	if (campaign_lock(id, reply) == NULL)
+	if (sk_lease_take(id, reply) == NULL)
 		return;
 	switch (request->kind)
 	{
@@ -973,5 +620,5 @@ sk_serve_admin(const SeckillRequest *request, SeckillReply *reply)
 		default:
 			elog(ERROR, "unexpected seckill request kind %d", request->kind);
 	}
-	campaign_unlock();
+	sk_lease_give();
 }

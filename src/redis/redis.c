@@ -6,7 +6,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "redis.h"
+#include "redis/redis.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -16,13 +16,13 @@
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "pgstat.h"
-#include "stats.h"
+#include "shared/stats.h"
 #include "storage/fd.h"
 #include "storage/latch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "lua_scripts.h"
+#include "redis/lua_scripts.h"
 
 static const char *const script_source[SK_NSCRIPTS] = {
 	[SK_SCRIPT_BUY] = LUA_BUY,
@@ -431,11 +431,11 @@ send_and_read(SkPipeline *p, SkReply *out)
 	in_flight = true;
 	if (!flush_output(deadline))
 		return false;
-	pg_atomic_fetch_add_u64(&seckill_shared->counters.redis_round_trips, 1);
+	pg_atomic_fetch_add_u64(&seckill_figures->counters.redis_round_trips, 1);
 	if (!read_replies(out, p->count, deadline))
 		return false;
 	in_flight = false;
-	seckill_hist_record(&seckill_shared->redis_latency, GetCurrentTimestamp() - start);
+	seckill_hist_record(&seckill_figures->redis_latency, GetCurrentTimestamp() - start);
 	return true;
 }
 

@@ -1,0 +1,125 @@
+/*-------------------------------------------------------------------------
+ *
+ * stats_view.c
+ *		The seckill.stats view and seckill_stats_reset(): the figures in
+ *		shared memory as rows.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "backend/backend.h"
+
+#include "funcapi.h"
+#include "shared/campaign_cache.h"
+#include "shared/shmem.h"
+#include "shared/stats.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(seckill_stats_rows);
+PG_FUNCTION_INFO_V1(seckill_stats_reset);
+
+#define STATS_COLUMNS 27
+
+static void
+put_quantiles(SeckillHistogram *h, Datum *values, bool *nulls)
+{
+	static const double ps[3] = {0.50, 0.95, 0.99};
+
+	for (int i = 0; i < 3; i++)
+	{
+		double		ms;
+
+		nulls[i] = !seckill_hist_quantile(h, ps[i], &ms);
+		values[i] = Float8GetDatum(nulls[i] ? 0 : ms);
+	}
+}
+
+/* One row of seckill.stats; the worker's columns only for the row of all. */
+static void
+stats_row(ReturnSetInfo *rsinfo, SeckillStats *st, bool all, TimestampTz since,
+		  const uint64 *base)
+{
+	Datum		values[STATS_COLUMNS];
+	bool		nulls[STATS_COLUMNS];
+	int			n = 0;
+	uint64		calls = 0;
+
+	memset(nulls, 0, sizeof(nulls));
+	values[n] = Int64GetDatum(st->campaign_id);
+	nulls[n++] = all;
+	values[n] = all ? (Datum) 0 : CStringGetTextDatum(st->goods);
+	nulls[n++] = all;
+	n++;						/* calls, once summed */
+	for (int s = 0; s <= SK_STAT_ERRORS; s++)
+	{
+		uint64		c = pg_atomic_read_u64(&st->calls[s]);
+
+		calls += c;
+		values[n++] = Int64GetDatum((int64) c);
+	}
+	values[2] = Int64GetDatum((int64) calls);
+	values[n++] = Int32GetDatum((int32) pg_atomic_read_u32(&st->in_flight));
+	values[n++] = Int64GetDatum((int64) pg_atomic_read_u64(&st->compensations));
+	put_quantiles(&st->latency, &values[n], &nulls[n]);
+	n += 3;
+	if (all)
+	{
+		SeckillCounters *c = &seckill_figures->counters;
+		uint64		rounds = pg_atomic_read_u64(&c->rounds) - base[0];
+		uint64		purchases = pg_atomic_read_u64(&c->purchases) - base[1];
+
+		put_quantiles(&seckill_figures->redis_latency, &values[n], &nulls[n]);
+		n += 3;
+		values[n++] = Int64GetDatum((int64) rounds);
+		values[n] = Float8GetDatum(rounds > 0 ? (double) purchases / rounds : 0);
+		nulls[n++] = rounds == 0;
+		values[n++] = Int64GetDatum((int64) (pg_atomic_read_u64(&c->redis_round_trips) - base[2]));
+		values[n++] = Int64GetDatum((int64) (pg_atomic_read_u64(&c->commits) - base[3]));
+		values[n++] = Int32GetDatum((int32) seckill_calls->len);
+	}
+	else
+		for (int i = 0; i < 8; i++)
+			nulls[n++] = true;
+	values[n++] = TimestampTzGetDatum(since);
+	Assert(n == STATS_COLUMNS);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/*
+ * seckill.stats_rows(): the row of all campaigns (campaign_id NULL), then a
+ * row per campaign preheated since the last reset (or the server start).
+ */
+Datum
+seckill_stats_rows(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TimestampTz since;
+	uint64		base[4];
+
+	seckill_check_database();
+	InitMaterializedSRF(fcinfo, 0);
+	SpinLockAcquire(&seckill_figures->mutex);
+	since = seckill_figures->since;
+	memcpy(base, seckill_figures->base, sizeof(base));
+	SpinLockRelease(&seckill_figures->mutex);
+
+	stats_row(rsinfo, &seckill_figures->all, true, since, base);
+	LWLockAcquire(seckill_campaign_cache->lock, LW_SHARED);
+	for (int i = 0; i < seckill_max_campaigns; i++)
+		if (seckill_stats[i].campaign_id != 0)
+			stats_row(rsinfo, &seckill_stats[i], false, since, base);
+	LWLockRelease(seckill_campaign_cache->lock);
+	return (Datum) 0;
+}
+
+/*
+ * seckill_stats_reset() RETURNS timestamptz: zero every figure of
+ * seckill.stats (not the in-flight counts, which are live), and start its
+ * worker columns from the counters' values now.
+ */
+Datum
+seckill_stats_reset(PG_FUNCTION_ARGS)
+{
+	seckill_check_database();
+	PG_RETURN_TIMESTAMPTZ(seckill_stats_reset_all());
+}

@@ -1,0 +1,151 @@
+/*-------------------------------------------------------------------------
+ *
+ * settings.c
+ *		seckill's settings (GUCs), and the crash points of the fault tests.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "seckill.h"
+
+#include <limits.h>
+
+#include "storage/ipc.h"
+#include "utils/guc.h"
+
+char	   *seckill_redis_host = NULL;
+int			seckill_redis_port = 6379;
+char	   *seckill_redis_user = NULL;
+char	   *seckill_redis_password_file = NULL;
+char	   *seckill_redis_prefix = NULL;
+char	   *seckill_database = NULL;
+int			seckill_request_timeout = 5000;
+int			seckill_redis_timeout = 1000;
+int			seckill_batch_size = 1000;
+int			seckill_max_queue = 0;
+int			seckill_max_campaigns = 64;
+int			seckill_lock_lease = 30000;
+int			seckill_worker_lock_timeout = 100;
+int			seckill_worker_statement_timeout = 10000;
+int			seckill_max_locks = 256;
+int			seckill_lock_max_hold = 3600 * 1000;
+int			seckill_crash_point = SK_CRASH_NONE;
+int			seckill_redis_unavailable = SK_UNAVAILABLE_ERROR;
+
+static const struct config_enum_entry redis_unavailable_modes[] = {
+	{"error", SK_UNAVAILABLE_ERROR, false},
+	{"database", SK_UNAVAILABLE_DATABASE, false},
+	{NULL, 0, false}
+};
+
+static const struct config_enum_entry crash_points[] = {
+	{"none", SK_CRASH_NONE, false},
+	{"after_reserve", SK_CRASH_AFTER_RESERVE, false},
+	{"after_commit", SK_CRASH_AFTER_COMMIT, false},
+	{"before_wake", SK_CRASH_BEFORE_WAKE, false},
+	{NULL, 0, false}
+};
+
+/*
+ * Die here if the fault tests asked for it: the worker exits as after a
+ * fatal error, and the postmaster starts a new one, which must settle
+ * whatever this one left.
+ */
+void
+seckill_crash_if(SeckillCrashPoint point)
+{
+	if (seckill_crash_point == point)
+	{
+		ereport(LOG, (errmsg("seckill worker stops at crash point \"%s\" (seckill.crash_point)",
+							 crash_points[point].name)));
+		proc_exit(1);
+	}
+}
+
+void
+seckill_define_gucs(void)
+{
+	DefineCustomStringVariable("seckill.redis_host",
+							   "Address of the Redis server the worker uses.",
+							   "An IP address is best: a host name is resolved with a blocking lookup.",
+							   &seckill_redis_host, "127.0.0.1",
+							   PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.redis_port",
+							"TCP port of the Redis server.",
+							NULL, &seckill_redis_port, 6379, 1, 65535,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("seckill.redis_user",
+							   "Redis ACL user the worker authenticates as; empty for the default user.",
+							   NULL, &seckill_redis_user, "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomStringVariable("seckill.redis_password_file",
+							   "File holding the Redis password (first line), readable by the server's OS user only.",
+							   "The password itself is never a setting, so it cannot show in pg_settings or in the log of changed settings.",
+							   &seckill_redis_password_file, "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomStringVariable("seckill.redis_prefix",
+							   "Prefix of every Redis key seckill uses.",
+							   "Give each PostgreSQL cluster sharing one Redis its own prefix.",
+							   &seckill_redis_prefix, "seckill",
+							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("seckill.database",
+							   "The database whose seckill the worker serves.",
+							   NULL, &seckill_database, "postgres",
+							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.request_timeout",
+							"How long a call waits for the worker's answer.",
+							"A purchase that times out may still complete; seckill_order() tells.",
+							&seckill_request_timeout, 5000, 10, 3600 * 1000,
+							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.redis_timeout",
+							"How long the worker waits for Redis to connect or answer.",
+							"Keep it well below seckill.request_timeout.",
+							&seckill_redis_timeout, 1000, 10, 600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.batch_size",
+							"Most requests the worker serves in one round (one Redis pipeline, one commit).",
+							NULL, &seckill_batch_size, 1000, 1, 100000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.max_queue",
+							"Most purchases waiting for the worker; past it, seckill_buy answers busy at once.",
+							"0: no bound other than the number of connections.",
+							&seckill_max_queue, 0, 0, 100000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.max_campaigns",
+							"Most campaigns preheated at once.",
+							NULL, &seckill_max_campaigns, 64, 1, 10000,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.lock_lease",
+							"Lease of the Redis lock the worker holds over a campaign's admin work.",
+							NULL, &seckill_lock_lease, 30000, 100, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.worker_lock_timeout",
+							"Longest wait of the worker for a row or table lock held by another transaction.",
+							"Past it the request that needed the lock fails with SQLSTATE 55P03; purchases never wait for a campaign's row.  The database's and roles' lock_timeout do not apply to the worker.",
+							&seckill_worker_lock_timeout, 100, 1, 600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.worker_statement_timeout",
+							"Longest time one transaction of the worker may run.",
+							"Past it the transaction is rolled back and its request fails with SQLSTATE 57014; the database's and roles' statement_timeout do not apply to the worker.",
+							&seckill_worker_statement_timeout, 10000, 100, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.max_locks",
+							"Most locks held at once for SQL callers (seckill_lock).",
+							NULL, &seckill_max_locks, 256, 1, 100000,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.lock_max_hold",
+							"Longest time the worker renews a SQL caller's lock; 0: no limit.",
+							"Past it the lease is no longer renewed and runs out.",
+							&seckill_lock_max_hold, 3600 * 1000, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomEnumVariable("seckill.redis_unavailable",
+							 "What purchases do while Redis cannot be reached: error, or database.",
+							 "With database, the worker sells from PostgreSQL alone (its constraints arbitrate), and rebuilds every campaign in Redis from PostgreSQL before Redis takes over again.",
+							 &seckill_redis_unavailable, SK_UNAVAILABLE_ERROR, redis_unavailable_modes,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomEnumVariable("seckill.crash_point",
+							 "Makes the worker stop at a point of a round, for fault tests.",
+							 "Never set it in production: every round would stop there.",
+							 &seckill_crash_point, SK_CRASH_NONE, crash_points,
+							 PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
+}
+

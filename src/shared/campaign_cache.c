@@ -1,0 +1,189 @@
+/*-------------------------------------------------------------------------
+ *
+ * campaign_cache.c
+ *		The preheated campaigns in shared memory: written by the worker,
+ *		read by backends to answer without it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "shared/campaign_cache.h"
+
+#include "shared/shmem.h"
+#include "shared/stats.h"
+#include "storage/shmem.h"
+
+SeckillCampaignCache *seckill_campaign_cache = NULL;
+
+static Size
+cache_size(void)
+{
+	return add_size(offsetof(SeckillCampaignCache, entries),
+					mul_size(seckill_max_campaigns, sizeof(SeckillCampaign)));
+}
+
+static void
+cache_init(void *base, bool found, LWLockPadded *lwlocks)
+{
+	seckill_campaign_cache = base;
+	if (found)
+		return;
+	memset(seckill_campaign_cache, 0, cache_size());
+	seckill_campaign_cache->lock = &lwlocks[0].lock;
+	for (int i = 0; i < seckill_max_campaigns; i++)
+		pg_atomic_init_u32(&seckill_campaigns[i].sold_out, 0);
+}
+
+void
+seckill_campaign_cache_register(void)
+{
+	static const SeckillShmemPart part = {"seckill campaigns", 1, cache_size, cache_init};
+
+	seckill_shmem_register(&part);
+}
+
+/* Copy the cached campaign open for this goods; false when none is cached. */
+bool
+seckill_campaign_lookup(const char *goods, SeckillCampaign *out)
+{
+	bool		found = false;
+
+	LWLockAcquire(seckill_campaign_cache->lock, LW_SHARED);
+	for (int i = 0; i < seckill_max_campaigns; i++)
+	{
+		SeckillCampaign *c = &seckill_campaigns[i];
+
+		if (c->id != 0 && strcmp(c->goods, goods) == 0)
+		{
+			out->id = c->id;
+			strlcpy(out->goods, c->goods, sizeof(out->goods));
+			out->starts_at = c->starts_at;
+			out->ends_at = c->ends_at;
+			out->per_user_limit = c->per_user_limit;
+			out->limits = c->limits;
+			out->stats = c->stats;
+			pg_atomic_init_u32(&out->sold_out, pg_atomic_read_u32(&c->sold_out));
+			found = true;
+			break;
+		}
+	}
+	LWLockRelease(seckill_campaign_cache->lock);
+	return found;
+}
+
+SeckillCampaign *
+seckill_campaign_find(int64 id)
+{
+	for (int i = 0; i < seckill_max_campaigns; i++)
+		if (seckill_campaigns[i].id == id)
+			return &seckill_campaigns[i];
+	return NULL;
+}
+
+/* Worker: is there an entry for this campaign, or a free one? */
+bool
+seckill_campaign_has_room(int64 id)
+{
+	return seckill_campaign_find(id) != NULL || seckill_campaign_find(0) != NULL;
+}
+
+/* Is this campaign cached?  Under the cache's lock. */
+bool
+seckill_campaign_cached(int64 id)
+{
+	return id != 0 && seckill_campaign_find(id) != NULL;
+}
+
+/* Worker: add or update a cached campaign; false when the cache is full. */
+bool
+seckill_campaign_store(int64 id, const char *goods, TimestampTz starts_at,
+					   TimestampTz ends_at, int per_user_limit,
+					   const SeckillLimits *limits, TimestampTz created_at,
+					   bool sold_out)
+{
+	SeckillCampaign *c;
+
+	LWLockAcquire(seckill_campaign_cache->lock, LW_EXCLUSIVE);
+	/* one goods, one cached campaign: drop a stale entry of an earlier campaign */
+	for (int i = 0; i < seckill_max_campaigns; i++)
+		if (seckill_campaigns[i].id != id && strcmp(seckill_campaigns[i].goods, goods) == 0)
+			seckill_campaigns[i].id = 0;
+	c = seckill_campaign_find(id);
+	if (c == NULL)
+		c = seckill_campaign_find(0);
+	if (c == NULL)
+	{
+		LWLockRelease(seckill_campaign_cache->lock);
+		return false;
+	}
+	c->id = id;
+	strlcpy(c->goods, goods, sizeof(c->goods));
+	c->starts_at = starts_at;
+	c->ends_at = ends_at;
+	c->per_user_limit = per_user_limit;
+	c->limits = *limits;
+	c->created_at = created_at;
+	c->stats = seckill_stats_claim(id, goods, seckill_campaign_cached);
+	c->empty_shards = sold_out ? ~UINT64CONST(0) : 0;
+	pg_atomic_write_u32(&c->sold_out, sold_out ? 1 : 0);
+	LWLockRelease(seckill_campaign_cache->lock);
+	return true;
+}
+
+/* Worker: new traffic limits of a cached campaign. */
+void
+seckill_campaign_set_limits(int64 id, const SeckillLimits *limits)
+{
+	SeckillCampaign *c;
+
+	LWLockAcquire(seckill_campaign_cache->lock, LW_EXCLUSIVE);
+	c = seckill_campaign_find(id);
+	if (c != NULL)
+		c->limits = *limits;
+	LWLockRelease(seckill_campaign_cache->lock);
+}
+
+void
+seckill_campaign_forget(int64 id)
+{
+	SeckillCampaign *c;
+
+	LWLockAcquire(seckill_campaign_cache->lock, LW_EXCLUSIVE);
+	c = seckill_campaign_find(id);
+	if (c != NULL)
+		c->id = 0;
+	LWLockRelease(seckill_campaign_cache->lock);
+}
+
+/*
+ * Keep the backends' sold-out shortcut in step with Redis' stock: a
+ * campaign is sold out when every shard is empty.
+ */
+void
+seckill_campaign_note_stock(int64 campaign_id, int shard, long long stock)
+{
+	SeckillCampaign *c = seckill_campaign_find(campaign_id);
+	int			nshards;
+	uint64		all;
+
+	if (c == NULL || stock < 0)
+		return;
+	nshards = Max(c->limits.shards, 1);
+	all = nshards == 64 ? ~UINT64CONST(0) : (UINT64CONST(1) << nshards) - 1;
+	if (stock == 0)
+		c->empty_shards |= UINT64CONST(1) << shard;
+	else
+		c->empty_shards &= ~(UINT64CONST(1) << shard);
+	pg_atomic_write_u32(&c->sold_out, (c->empty_shards & all) == all ? 1 : 0);
+}
+
+/* PostgreSQL says the campaign is sold out. */
+void
+seckill_campaign_note_sold_out(int64 campaign_id)
+{
+	SeckillCampaign *c = seckill_campaign_find(campaign_id);
+
+	if (c == NULL)
+		return;
+	c->empty_shards = ~UINT64CONST(0);
+	pg_atomic_write_u32(&c->sold_out, 1);
+}

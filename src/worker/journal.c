@@ -1,0 +1,397 @@
+/*-------------------------------------------------------------------------
+ *
+ * journal.c
+ *		The reservation journal in Redis, and its single owner in the
+ *		worker: every reservation Redis granted stays journaled until it is
+ *		settled, as an order (the entry is dropped) or a give-back (logged
+ *		in PostgreSQL, then its stock returned in Redis; both idempotent
+ *		under the request id, so a crash between them is harmless).
+ *
+ * Settling a committed order's entry is deferred to the head of the next
+ * round's pipeline, so a busy round costs one Redis round trip; until then
+ * the journal over-counts, never under-counts.  The replay settles whatever
+ * a failed round trip, a restart or a new connection left.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "worker/journal.h"
+
+#include "miscadmin.h"
+#include "redis/redis.h"
+#include "shared/campaign_cache.h"
+#include "shared/stats.h"
+#include "utils/memutils.h"
+#include "worker/lease.h"
+
+/*
+ * Set when Redis may hold reservations nobody has settled yet: after a failed
+ * round trip, and for every new connection (Redis may have restarted from a
+ * snapshot that holds old journal entries).
+ */
+static bool needs_replay = true;
+static uint64 replayed_generation = 0;
+
+/* Committed orders whose journal entries Redis still holds. */
+static SkOrder *settled = NULL;	/* .home: the shard whose journal holds it */
+static int	nsettled = 0;
+static int	max_settled = 0;
+
+void
+sk_journal_init(void)
+{
+	/* up to two journal entries per purchase: home shard, and the one lending stock */
+	max_settled = 2 * MaxBackends;
+	settled = MemoryContextAlloc(TopMemoryContext, sizeof(SkOrder) * max_settled);
+}
+
+/* A round trip failed: Redis may hold reservations nobody settled. */
+void
+sk_journal_lost(void)
+{
+	needs_replay = true;
+}
+
+bool
+sk_journal_needs_replay(void)
+{
+	return needs_replay;
+}
+
+bool
+sk_journal_has_settles(void)
+{
+	return nsettled > 0;
+}
+
+/* The campaign's stock shards: from the cache, else from PostgreSQL. */
+int
+sk_campaign_shards(int64 id)
+{
+	SeckillCampaign *c = seckill_campaign_find(id);
+	SkCampaignRow row;
+	bool		found;
+
+	if (c != NULL)
+		return Max(c->limits.shards, 1);
+	store_begin("seckill: read campaign");
+	found = store_campaign(id, &row);
+	store_commit();
+	return found ? Max(row.limits.shards, 1) : 1;
+}
+
+/*
+ * Redis answered with an error (LOADING, NOPERM, MOVED...): treat it as a
+ * failed round trip, so that the replay is tried again later.
+ */
+static bool
+redis_refused(const SkReply *r, const char *what)
+{
+	sk_redis_disconnect(psprintf("Redis refused %s: %s", what, r->str ? r->str : "unexpected reply"));
+	return false;
+}
+
+void
+sk_campaign_keys(int64 id, int shard, int nshards, const char **keys)
+{
+	keys[0] = sk_shard_key(id, shard, nshards, "meta");
+	keys[1] = sk_shard_key(id, shard, nshards, "buyers");
+	keys[2] = sk_shard_key(id, shard, nshards, "journal");
+}
+
+/*
+ * Settle every journal entry of one shard of a campaign, and count the
+ * reservations of stock among them (an entry of quantity 0 only holds the
+ * buyer's place in its home shard while another shard lends the stock).
+ * False when Redis failed (nothing is lost: the next replay takes over).
+ */
+static bool
+replay_shard(int64 id, int shard, int nshards, int *committed, int *compensated)
+{
+	SkPipeline	p;
+	SkReply    *r;
+	const char *keys[3];
+	int			n;
+	int64	   *ids;
+	const char **users;
+	bool	   *exists;
+	bool	   *active;
+	int			ncommitted = 0,
+				ncompensated = 0;
+
+	sk_campaign_keys(id, shard, nshards, keys);
+	sk_pipeline_init(&p);
+	sk_pipeline_add(&p, 2, (const char *[]) {"HGETALL", keys[2]}, NULL);
+	r = sk_pipeline_exec(&p);
+	if (r == NULL)
+		return false;
+	if (r[0].type != REDIS_REPLY_ARRAY)
+		return redis_refused(&r[0], "reading the journal");
+	n = r[0].elements / 2;
+	if (n == 0)
+		return true;
+
+	ids = palloc(sizeof(int64) * n);
+	users = palloc(sizeof(char *) * n);
+	for (int i = 0; i < n; i++)
+	{
+		const char *sep = strchr(r[0].element[2 * i + 1].str, ':');
+
+		ids[i] = strtoll(r[0].element[2 * i].str, NULL, 10);
+		users[i] = sep ? sep + 1 : "";
+	}
+
+	store_begin("seckill: replay journal");
+	exists = store_orders_exist(ids, n);
+	/* a user with another, committed order stays a buyer in Redis */
+	active = store_have_active_order(id, users, n);
+	for (int i = 0; i < n; i++)
+	{
+		const char *entry = r[0].element[2 * i + 1].str;
+		const char *sep = strchr(entry, ':');
+
+		if (exists[i] || sep == NULL || atoi(entry) == 0)
+			continue;
+		store_log_compensation(ids[i], id, sep + 1, atoi(entry),
+							   "not committed: replayed from the Redis journal");
+	}
+	store_commit();
+
+	sk_pipeline_init(&p);
+	for (int i = 0; i < n; i++)
+	{
+		char	   *reqid = r[0].element[2 * i].str;
+		bool		stock = atoi(r[0].element[2 * i + 1].str) > 0;
+
+		if (exists[i])
+		{
+			sk_pipeline_add(&p, 3, (const char *[]) {"HDEL", keys[2], reqid}, NULL);
+			ncommitted += stock;
+		}
+		else
+		{
+			const char *args[2] = {reqid, active[i] ? "keep" : "drop"};
+
+			sk_pipeline_script(&p, SK_SCRIPT_COMPENSATE, 3, keys, 2, args);
+			ncompensated += stock;
+		}
+	}
+	r = sk_pipeline_exec(&p);
+	if (r == NULL)
+		return false;
+	for (int i = 0; i < n; i++)
+	{
+		if (sk_reply_is_error(&r[i]))
+			return redis_refused(&r[i], "settling the journal");
+		if (!exists[i] && r[i].type == REDIS_REPLY_ARRAY && r[i].elements == 2)
+			seckill_campaign_note_stock(id, shard, sk_reply_int(&r[i].element[1]));
+	}
+	seckill_stats_compensated(id, ncompensated);
+	ereport(LOG,
+			(errmsg("seckill worker replayed the journal of campaign " INT64_FORMAT " (shard %d of %d): %d committed, %d given back",
+					id, shard, nshards, ncommitted, ncompensated)));
+	*committed += ncommitted;
+	*compensated += ncompensated;
+	return true;
+}
+
+/* Settle the journals of every shard of a campaign.  False when Redis failed. */
+bool
+sk_journal_replay_campaign(int64 id, int *committed, int *compensated)
+{
+	int			nshards = sk_campaign_shards(id);
+	int			ncommitted = 0,
+				ncompensated = 0;
+
+	for (int shard = 0; shard < nshards; shard++)
+	{
+		sk_lease_keep();
+		if (!replay_shard(id, shard, nshards, &ncommitted, &ncompensated))
+			return false;
+	}
+	if (committed)
+		*committed = ncommitted;
+	if (compensated)
+		*compensated = ncompensated;
+	return true;
+}
+
+/*
+ * Replay the journals of every preheated campaign.  False when Redis failed,
+ * or when the SQL is outdated (the campaigns cannot be read yet).
+ */
+static bool
+replay_all(void)
+{
+	List	   *rows = store_preheated_campaigns();
+	ListCell   *lc;
+
+	if (store_sql_outdated)
+		return false;
+
+	foreach(lc, rows)
+	{
+		SkCampaignRow *row = lfirst(lc);
+
+		if (!sk_journal_replay_campaign(row->id, NULL, NULL))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Connected to Redis, with its journals replayed since this connection was
+ * made?  Purchases and admin work wait for both.
+ */
+bool
+sk_journal_ready(void)
+{
+	if (!sk_redis_connect())
+		return false;
+	if (needs_replay || replayed_generation != sk_redis_generation())
+	{
+		if (!replay_all())
+		{
+			sk_journal_lost();
+			return false;
+		}
+		needs_replay = false;
+		replayed_generation = sk_redis_generation();
+		nsettled = 0;			/* the replay dropped their entries */
+	}
+	return true;
+}
+
+static void
+defer_settle_in(const SkOrder *order, int shard)
+{
+	if (nsettled == max_settled)
+		sk_journal_flush_settles();
+	if (nsettled == max_settled)
+		nsettled = 0;			/* Redis failed: the replay drops them */
+	settled[nsettled].campaign_id = order->campaign_id;
+	settled[nsettled].id = order->id;
+	settled[nsettled].home = shard;
+	settled[nsettled].nshards = order->nshards;
+	nsettled++;
+}
+
+/* A committed order's journal entries: in its home shard, and where its stock came from. */
+void
+sk_journal_settle(const SkOrder *order)
+{
+	defer_settle_in(order, order->home);
+	if (order->stock_shard != order->home)
+		defer_settle_in(order, order->stock_shard);
+}
+
+/* Add one HDEL per journal for the deferred entries; returns the count. */
+int
+sk_journal_add_settles(SkPipeline *p)
+{
+	int			ncommands = 0;
+	const char **argv = palloc(sizeof(char *) * (nsettled + 2));
+	bool	   *done = palloc0(sizeof(bool) * nsettled);
+
+	for (int i = 0; i < nsettled; i++)
+	{
+		int			argc = 0;
+
+		if (done[i])
+			continue;
+		argv[argc++] = "HDEL";
+		argv[argc++] = sk_shard_key(settled[i].campaign_id, settled[i].home,
+									settled[i].nshards, "journal");
+		for (int j = i; j < nsettled; j++)
+		{
+			if (done[j] || settled[j].campaign_id != settled[i].campaign_id ||
+				settled[j].home != settled[i].home)
+				continue;
+			argv[argc++] = psprintf(INT64_FORMAT, settled[j].id);
+			done[j] = true;
+		}
+		sk_pipeline_add(p, argc, argv, NULL);
+		ncommands++;
+	}
+	nsettled = 0;
+	return ncommands;
+}
+
+void
+sk_journal_flush_settles(void)
+{
+	SkPipeline	p;
+
+	if (nsettled == 0)
+		return;
+	sk_pipeline_init(&p);
+	sk_journal_add_settles(&p);
+	if (sk_pipeline_exec(&p) == NULL)
+		sk_journal_lost();
+}
+
+/*
+ * Add a give-back (lua/compensate.lua) of an order's journal entry in one
+ * shard: its stock, and its buyer unless keep.
+ */
+void
+sk_journal_add_give_back(SkPipeline *p, const SkOrder *order, int shard, bool keep)
+{
+	const char *keys[3] = {
+		sk_shard_key(order->campaign_id, shard, order->nshards, "meta"),
+		sk_shard_key(order->campaign_id, shard, order->nshards, "buyers"),
+		sk_shard_key(order->campaign_id, shard, order->nshards, "journal")
+	};
+	const char *args[2] = {psprintf(INT64_FORMAT, order->id), keep ? "keep" : "drop"};
+
+	sk_pipeline_script(p, SK_SCRIPT_COMPENSATE, 3, keys, 2, args);
+}
+
+/*
+ * Give back, at once, the reservations PostgreSQL refused: the stock to its
+ * shard, and the buyer's place in its home shard (kept when PostgreSQL
+ * refused a duplicate).
+ */
+void
+sk_journal_give_back(SkOrder *orders, int n)
+{
+	SkPipeline	p;
+	SkReply    *replies;
+	int			ncomp = 0;
+
+	sk_pipeline_init(&p);
+	for (int i = 0; i < n; i++)
+	{
+		bool		keep = orders[i].outcome == SK_DUPLICATE;
+
+		if (orders[i].outcome == SK_OK)
+			continue;
+		sk_journal_add_give_back(&p, &orders[i], orders[i].stock_shard, keep);
+		if (orders[i].stock_shard != orders[i].home)
+			sk_journal_add_give_back(&p, &orders[i], orders[i].home, keep);
+		ncomp++;
+	}
+	if (ncomp == 0)
+		return;
+	replies = sk_pipeline_exec(&p);
+	if (replies == NULL)
+	{
+		sk_journal_lost();
+		return;
+	}
+	for (int i = 0, r = 0; i < n; i++)
+	{
+		if (orders[i].outcome == SK_OK)
+			continue;
+		seckill_stats_compensated(orders[i].campaign_id, 1);
+		/*
+		 * The CHECK on sold refused one item: PostgreSQL has none left,
+		 * whatever Redis' stock says (reconcile brings Redis in line).
+		 */
+		if (orders[i].outcome == SK_SOLD_OUT && orders[i].qty == 1)
+			seckill_campaign_note_sold_out(orders[i].campaign_id);
+		else if (replies[r].type == REDIS_REPLY_ARRAY && replies[r].elements == 2)
+			seckill_campaign_note_stock(orders[i].campaign_id, orders[i].stock_shard,
+						  sk_reply_int(&replies[r].element[1]));
+		r += orders[i].stock_shard != orders[i].home ? 2 : 1;
+	}
+}

@@ -1,0 +1,20 @@
+/*-------------------------------------------------------------------------
+ *
+ * lock_keeper.h
+ *		The worker's side of the SQL callers' locks: it takes and releases
+ *		their leases in Redis and renews them while their owners live.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SECKILL_LOCK_KEEPER_H
+#define SECKILL_LOCK_KEEPER_H
+
+#include "shared/call.h"
+
+extern void sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply);
+extern void sk_lock_release(const SeckillRequest *request, SeckillReply *reply);
+extern char *sk_lock_channel(void);
+extern void sk_lock_released(const char *key);
+extern long sk_lock_keeper_tick(void);
+
+#endif							/* SECKILL_LOCK_KEEPER_H */

@@ -1,0 +1,358 @@
+/*-------------------------------------------------------------------------
+ *
+ * purchase.c
+ *		A round's purchases: one pipeline of EVALSHA calls to Redis (each
+ *		purchase checked and reserved by lua/buy.lua in its home shard, the
+ *		short ones lent stock by the next shards), one group commit of the
+ *		accepted orders, then the callers are woken and whatever PostgreSQL
+ *		refused is given back.  Without Redis, the same group commit sells
+ *		from PostgreSQL alone.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "worker/purchase.h"
+
+#include "redis/redis.h"
+#include "shared/campaign_cache.h"
+#include "shared/shmem.h"
+#include "shared/stats.h"
+#include "store/store.h"
+#include "worker/journal.h"
+
+/* The install_generation our order ids belong to. */
+static uint32 seen_generation = 0;
+
+static void
+take_order_ids(int64 *ids, int n)
+{
+	if (pg_atomic_read_u32(&seckill_shared->install_generation) != seen_generation)
+	{
+		seen_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
+		store_forget_order_ids();
+	}
+	store_take_order_ids(ids, n);
+}
+
+static SeckillStatus
+status_from_script(const char *s)
+{
+	static const SeckillStatus statuses[] = {SK_OK, SK_SOLD_OUT, SK_DUPLICATE,
+	SK_NOT_STARTED, SK_ENDED, SK_BUSY, SK_RATE_LIMITED, SK_INVALID_TOKEN};
+
+	for (int i = 0; i < lengthof(statuses); i++)
+		if (strcmp(s, seckill_status_name(statuses[i])) == 0)
+			return statuses[i];
+	return SK_ERR_REDIS_REFUSED;
+}
+
+/*
+ * Redis is unreachable and seckill.redis_unavailable = database: sell from
+ * PostgreSQL alone.  The same group commit decides, by the CHECK on sold
+ * and the unique index, who gets an item; the sale window was checked by
+ * the callers.  Redis knows nothing of these orders: it is rebuilt from
+ * PostgreSQL before it takes over again.
+ */
+void
+sk_purchase_from_database(RoundItem **items, int n)
+{
+	SkOrder    *orders = palloc0(sizeof(SkOrder) * n);
+	int64	   *ids = palloc(sizeof(int64) * n);
+	bool		entering = !seckill_shared->sales_from_database;
+
+	pg_atomic_fetch_add_u64(&seckill_figures->counters.purchases, n);
+	take_order_ids(ids, n);
+	for (int i = 0; i < n; i++)
+	{
+		orders[i].id = ids[i];
+		orders[i].campaign_id = items[i]->request.campaign_id;
+		orders[i].user_id = items[i]->request.user_id;
+		orders[i].qty = items[i]->request.qty;
+	}
+	store_begin("seckill: commit orders without Redis");
+	/* durable before the first order Redis does not know of */
+	if (entering)
+		store_set_database_mode(true);
+	store_commit_orders(orders, n, false);
+	store_commit();
+	if (entering)
+	{
+		seckill_shared->sales_from_database = true;
+		ereport(LOG,
+				(errmsg("seckill worker sells from PostgreSQL alone while Redis is unreachable: %s",
+						sk_redis_error())));
+	}
+	pg_atomic_fetch_add_u64(&seckill_figures->counters.commits, 1);
+	for (int i = 0; i < n; i++)
+	{
+		items[i]->reply.status = orders[i].outcome;
+		if (orders[i].outcome == SK_OK)
+			items[i]->reply.order_id = orders[i].id;
+		else if (orders[i].outcome == SK_SOLD_OUT && orders[i].qty == 1)
+			seckill_campaign_note_sold_out(orders[i].campaign_id);
+		sk_answer(items[i]);
+	}
+}
+
+/* buy.lua for one purchase, in its home shard. */
+static void
+add_buy(SkPipeline *p, const SeckillRequest *req, const SkOrder *order)
+{
+	SeckillCampaign *c = seckill_campaign_find(req->campaign_id);
+	int64		instance = c ? c->created_at : 0;
+	int64		id = req->campaign_id;
+	int			home = order->home,
+				nshards = order->nshards;
+	const char *keys[6] = {
+		sk_shard_key(id, home, nshards, "meta"),
+		sk_shard_key(id, home, nshards, "buyers"),
+		sk_shard_key(id, home, nshards, "journal"),
+		sk_shard_key(id, home, nshards, psprintf("rate:" INT64_FORMAT ":u:%s", instance, req->user_id)),
+		sk_shard_key(id, home, nshards, psprintf("rate:" INT64_FORMAT ":a:%s", instance, req->client_addr)),
+		sk_shard_key(id, home, nshards, psprintf("token:%s", req->token_nonce))
+	};
+	const char *args[6] = {
+		req->user_id,
+		psprintf("%d", req->qty),
+		psprintf(INT64_FORMAT, order->id),
+		req->token_nonce[0] ? psprintf(INT64_FORMAT, req->token_expiry) : "",
+		req->client_addr[0] ? "1" : "",
+		nshards > 1 ? "1" : ""
+	};
+
+	sk_pipeline_script(p, SK_SCRIPT_BUY, 6, keys, 6, args);
+}
+
+/* A purchase of a round, with what Redis has said of it so far. */
+typedef struct Purchase
+{
+	RoundItem  *item;
+	SkOrder		order;
+} Purchase;
+
+static int
+purchase_cmp(const void *a, const void *b)
+{
+	int64		x = ((const Purchase *) a)->order.id;
+	int64		y = ((const Purchase *) b)->order.id;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * The purchases whose home shard had too little stock: each asks the next
+ * shard round the ring (lua/take.lua), all of them in one pipeline per step,
+ * until one lends the stock or none is left.  Those served join accepted;
+ * the others get their answer once their place in the home shard is given
+ * back.  When Redis fails, those still waiting for stock get an error, and
+ * the replay settles whatever was done.
+ */
+static void
+take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccepted,
+			   int64 *rebuild, int *nrebuild)
+{
+	Purchase   *done = palloc(sizeof(Purchase) * npending);
+	int			ndone = 0;
+	SkPipeline	p;
+	SkReply    *r;
+
+	for (int step = 1; npending > 0; step++)
+	{
+		int			nsent = 0,
+					nleft = 0;
+
+		sk_pipeline_init(&p);
+		for (int i = 0; i < npending; i++)
+		{
+			SkOrder    *o = &pending[i].order;
+			int			shard = (o->home + step) % o->nshards;
+			const char *keys[2] = {sk_shard_key(o->campaign_id, shard, o->nshards, "meta"),
+			sk_shard_key(o->campaign_id, shard, o->nshards, "journal")};
+			const char *args[3] = {psprintf(INT64_FORMAT, o->id), psprintf("%d", o->qty),
+			o->user_id};
+
+			if (step >= o->nshards)
+			{
+				/* every shard is short: sold out, exactly */
+				pending[i].item->reply.status = SK_SOLD_OUT;
+				done[ndone++] = pending[i];
+				continue;
+			}
+			o->stock_shard = shard;
+			sk_pipeline_script(&p, SK_SCRIPT_TAKE, 2, keys, 3, args);
+			pending[nsent++] = pending[i];
+		}
+		if (nsent == 0)
+			break;
+		r = sk_pipeline_exec(&p);
+		if (r == NULL)
+		{
+			sk_journal_lost();
+			for (int i = 0; i < nsent; i++)
+			{
+				seckill_reply_error(&pending[i].item->reply, SK_ERR_REDIS, "%s", sk_redis_error());
+				done[ndone++] = pending[i];
+			}
+			break;
+		}
+		for (int i = 0; i < nsent; i++)
+		{
+			SkOrder    *o = &pending[i].order;
+			const char *status = r[i].type == REDIS_REPLY_ARRAY && r[i].elements == 2 ?
+			r[i].element[0].str : NULL;
+
+			if (status == NULL)
+			{
+				seckill_reply_error(&pending[i].item->reply, SK_ERR_REDIS_REFUSED,
+							   "the stock script failed: %s", r[i].str ? r[i].str : "unexpected reply");
+				done[ndone++] = pending[i];
+				continue;
+			}
+			seckill_campaign_note_stock(o->campaign_id, o->stock_shard, sk_reply_int(&r[i].element[1]));
+			if (strcmp(status, "ok") == 0)
+				accepted[(*naccepted)++] = pending[i];
+			else if (strcmp(status, "empty") == 0)
+				pending[nleft++] = pending[i];
+			else
+			{
+				/* closed meanwhile, or the shard was lost: rebuilt after the round */
+				pending[i].item->reply.status = strcmp(status, "ended") == 0 ? SK_ENDED : SK_BUSY;
+				if (pending[i].item->reply.status == SK_BUSY)
+					rebuild[(*nrebuild)++] = o->campaign_id;
+				done[ndone++] = pending[i];
+			}
+		}
+		npending = nleft;
+	}
+
+	/* their place in the home shard goes (or the replay drops it), then they hear */
+	if (!sk_journal_needs_replay() && ndone > 0)
+	{
+		sk_pipeline_init(&p);
+		for (int i = 0; i < ndone; i++)
+			sk_journal_add_give_back(&p, &done[i].order, done[i].order.home, false);
+		if (sk_pipeline_exec(&p) == NULL)
+			sk_journal_lost();
+	}
+	for (int i = 0; i < ndone; i++)
+		sk_answer(done[i].item);
+}
+
+void
+sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
+{
+	SkPipeline	p;
+	SkReply    *replies;
+	Purchase   *all = palloc0(sizeof(Purchase) * n);
+	Purchase   *accepted = palloc(sizeof(Purchase) * n);
+	Purchase   *pending = palloc(sizeof(Purchase) * n);
+	SkOrder    *orders;
+	int			naccepted = 0,
+				npending = 0;
+	int64	   *ids;
+	int			nsettles;
+
+	*nrebuild = 0;
+	pg_atomic_fetch_add_u64(&seckill_figures->counters.purchases, n);
+	ids = palloc(sizeof(int64) * n);
+	take_order_ids(ids, n);
+
+	sk_pipeline_init(&p);
+	nsettles = sk_journal_add_settles(&p);
+	for (int i = 0; i < n; i++)
+	{
+		SeckillRequest *req = &items[i]->request;
+		SkOrder    *o = &all[i].order;
+
+		all[i].item = items[i];
+		o->id = ids[i];
+		o->campaign_id = req->campaign_id;
+		o->user_id = req->user_id;
+		o->qty = req->qty;
+		o->nshards = Max(req->shards, 1);
+		o->home = o->stock_shard = sk_home_shard(req->user_id, o->nshards);
+		add_buy(&p, req, o);
+	}
+	replies = sk_pipeline_exec(&p);
+	if (replies == NULL)
+	{
+		/* Some reservations may have been made: the replay gives them back. */
+		sk_journal_lost();
+		sk_fail_all(items, n, SK_ERR_REDIS,
+				 psprintf("%s; no purchase of this request was made", sk_redis_error()));
+		return;
+	}
+
+	for (int i = 0; i < n; i++)
+	{
+		SkReply    *r = &replies[nsettles + i];
+		SeckillReply *reply = &items[i]->reply;
+		SkOrder    *o = &all[i].order;
+
+		if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+			r->element[0].str == NULL)
+		{
+			seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "the purchase script failed: %s",
+						   r->str ? r->str : "unexpected reply");
+			sk_answer(items[i]);
+			continue;
+		}
+		if (strcmp(r->element[0].str, "not_loaded") == 0)
+		{
+			/* Redis lost the campaign: rebuild it from PostgreSQL after this round. */
+			reply->status = SK_BUSY;
+			sk_answer(items[i]);
+			rebuild[(*nrebuild)++] = o->campaign_id;
+			continue;
+		}
+		if (strcmp(r->element[0].str, "need_stock") == 0)
+		{
+			seckill_campaign_note_stock(o->campaign_id, o->home, sk_reply_int(&r->element[1]));
+			pending[npending++] = all[i];
+			continue;
+		}
+		reply->status = status_from_script(r->element[0].str);
+		if (reply->status == SK_ERR_REDIS_REFUSED)
+			snprintf(reply->message, sizeof(reply->message),
+					 "the purchase script answered \"%s\"", r->element[0].str);
+		if (reply->status == SK_OK)
+			accepted[naccepted++] = all[i];
+		else
+			sk_answer(items[i]);
+		if (reply->status == SK_OK || reply->status == SK_SOLD_OUT)
+			seckill_campaign_note_stock(o->campaign_id, o->home, sk_reply_int(&r->element[1]));
+	}
+	if (npending > 0)
+		take_elsewhere(pending, npending, accepted, &naccepted, rebuild, nrebuild);
+
+	if (naccepted > 0)
+	{
+		/* the group commit wants them by id; those served by other shards came last */
+		qsort(accepted, naccepted, sizeof(Purchase), purchase_cmp);
+		orders = palloc(sizeof(SkOrder) * naccepted);
+		for (int i = 0; i < naccepted; i++)
+			orders[i] = accepted[i].order;
+		seckill_crash_if(SK_CRASH_AFTER_RESERVE);
+		store_begin("seckill: commit orders");
+		store_commit_orders(orders, naccepted, true);
+		store_commit();
+		pg_atomic_fetch_add_u64(&seckill_figures->counters.commits, 1);
+		seckill_crash_if(SK_CRASH_AFTER_COMMIT);
+		for (int i = 0; i < naccepted; i++)
+			if (orders[i].outcome == SK_OK)
+				sk_journal_settle(&orders[i]);
+		if (seckill_crash_point == SK_CRASH_BEFORE_WAKE)
+		{
+			sk_journal_flush_settles();
+			seckill_crash_if(SK_CRASH_BEFORE_WAKE);
+		}
+		for (int i = 0; i < naccepted; i++)
+		{
+			accepted[i].item->reply.status = orders[i].outcome;
+			if (orders[i].outcome == SK_OK)
+				accepted[i].item->reply.order_id = orders[i].id;
+			sk_answer(accepted[i].item);
+		}
+		sk_journal_give_back(orders, naccepted);
+	}
+
+}

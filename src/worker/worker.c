@@ -1,0 +1,534 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *		The seckill background worker: drains the request queue in rounds.
+ *
+ * One round serves every pending request: all purchases go to Redis as one
+ * pipeline of EVALSHA calls, all accepted orders are committed in one
+ * transaction, then the callers are woken.  The journal entries of the
+ * committed orders are dropped by the next round's pipeline; reservations
+ * PostgreSQL refused are given back at once.  Admin requests follow, one at
+ * a time.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "seckill.h"
+
+#include <setjmp.h>
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "redis/redis.h"
+#include "redis/redlock.h"
+#include "shared/call.h"
+#include "shared/campaign_cache.h"
+#include "shared/lock_table.h"
+#include "shared/shmem.h"
+#include "shared/stats.h"
+#include "storage/condition_variable.h"
+#include "storage/ipc.h"
+#include "storage/proc.h"
+#include "store/store.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/timeout.h"
+#include "worker/campaign_admin.h"
+#include "worker/journal.h"
+#include "worker/lease.h"
+#include "worker/lock_keeper.h"
+#include "worker/purchase.h"
+
+PGDLLEXPORT void seckill_worker_main(Datum main_arg);
+
+static MemoryContext round_cxt = NULL;
+
+static void serve_admin(const SeckillRequest *request, SeckillReply *reply);
+
+/* When the locks' watchdog is next due (lock_keeper.c). */
+static TimestampTz keeper_due = 0;
+
+static void
+worker_exit(int code, Datum arg)
+{
+	seckill_shared->worker_latch = NULL;
+	seckill_fail_taken_slots("the seckill worker stopped while it held this request", 0);
+}
+
+/*
+ * Redis is back after sales from PostgreSQL alone: rebuild every preheated
+ * campaign from PostgreSQL before Redis takes over.  False when that failed.
+ */
+static bool
+leave_database_mode(void)
+{
+	List	   *rows = store_preheated_campaigns();
+	ListCell   *lc;
+
+	foreach(lc, rows)
+	{
+		SkCampaignRow *row = lfirst(lc);
+		SeckillRequest preheat = {.kind = SK_REQ_PREHEAT, .campaign_id = row->id};
+		SeckillReply reply = {0};
+
+		serve_admin(&preheat, &reply);
+		if (reply.status != SK_OK)
+		{
+			ereport(LOG,
+					(errmsg("seckill worker could not rebuild campaign " INT64_FORMAT " in Redis: %s",
+							row->id, reply.message)));
+			return false;
+		}
+	}
+	store_begin("seckill: leave database mode");
+	store_set_database_mode(false);
+	store_commit();
+	seckill_shared->sales_from_database = false;
+	ereport(LOG,
+			(errmsg("seckill worker rebuilt %d campaign(s) from PostgreSQL: sales go through Redis again",
+					list_length(rows))));
+	return true;
+}
+
+/*
+ * Admin work may raise errors (SPI, constraints, a full campaign cache):
+ * they become the reply, and the worker carries on.
+ */
+static void
+serve_admin(const SeckillRequest *request, SeckillReply *reply)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		if (request->kind == SK_REQ_LOCK)
+			sk_lock_acquire(request, reply);
+		else if (request->kind == SK_REQ_UNLOCK)
+			sk_lock_release(request, reply);
+		else
+			sk_serve_admin(request, reply);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		store_abort();
+		MemoryContextSwitchTo(cxt);
+		/* a connection left mid-request cannot give the lease back */
+		sk_redis_abandon();
+		sk_lease_give_if_held();
+		seckill_reply_error(reply, SK_ERR_INVALID, "%s", edata->message);
+		reply->sqlerrcode = edata->sqlerrcode;
+	}
+	PG_END_TRY();
+}
+
+/* A round's requests: allocated once, so that nothing can fail between drain and take. */
+static RoundItem *items = NULL;
+static RoundItem **buys = NULL;
+
+static void load_campaign_cache(void);
+
+/* The install_generation the campaign cache was loaded for. */
+static uint32 cache_generation = 0;
+static bool cache_loaded = false;
+
+/*
+ * The round's purchases: through Redis once it is connected, its journals
+ * replayed and, after sales from PostgreSQL alone, rebuilt; else from
+ * PostgreSQL alone or with an error, as seckill.redis_unavailable says.
+ * Campaigns Redis lost are rebuilt after the round.
+ */
+static void
+serve_purchases(RoundItem **buys, int n)
+{
+	int64	   *rebuild = palloc(sizeof(int64) * n);
+	int			nrebuild = 0;
+
+	if (!sk_journal_ready() || (seckill_shared->sales_from_database && !leave_database_mode()))
+	{
+		if (seckill_redis_unavailable == SK_UNAVAILABLE_DATABASE)
+			sk_purchase_from_database(buys, n);
+		else
+			sk_fail_all(buys, n, SK_ERR_REDIS, sk_redis_error());
+		return;
+	}
+	sk_purchase_round(buys, n, rebuild, &nrebuild);
+	for (int i = 0; i < nrebuild; i++)
+	{
+		SeckillRequest preheat = {.kind = SK_REQ_PREHEAT, .campaign_id = rebuild[i]};
+		SeckillReply reply = {0};
+		bool		seen = false;
+
+		for (int j = 0; j < i; j++)
+			seen |= rebuild[j] == rebuild[i];
+		if (!seen)
+			serve_admin(&preheat, &reply);
+	}
+}
+
+/*
+ * The extension's SQL was installed or updated since the cache was loaded:
+ * load it again.  Until ALTER EXTENSION seckill UPDATE, requests fail with a
+ * hint; once the SQL matches, the journals are replayed.  True when the SQL
+ * matches.
+ */
+static bool
+sql_current(void)
+{
+	if (!cache_loaded ||
+		pg_atomic_read_u32(&seckill_shared->install_generation) != cache_generation)
+	{
+		cache_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
+		load_campaign_cache();
+		if (store_sql_outdated)
+			return false;
+	}
+	if (!store_sql_outdated)
+		return true;
+	load_campaign_cache();
+	if (store_sql_outdated)
+		return false;
+	sk_journal_lost();
+	ereport(LOG, (errmsg("seckill worker found its SQL objects updated: serving again")));
+	return true;
+}
+
+static void
+serve_round(const int *slots, int n)
+{
+	int			nitems = 0,
+				nbuys = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		RoundItem  *item = &items[nitems];
+
+		memset(item, 0, sizeof(RoundItem));
+		if (!seckill_slot_take(slots[i], &item->request, &item->seq))
+			continue;
+		item->slot = slots[i];
+		nitems++;
+		if (item->request.kind == SK_REQ_BUY)
+			buys[nbuys++] = item;
+	}
+	pg_atomic_fetch_add_u64(&seckill_figures->counters.rounds, 1);
+	if (!sql_current())
+	{
+		for (int i = 0; i < nitems; i++)
+		{
+			seckill_reply_error(&items[i].reply, SK_ERR_INVALID,
+						   "the seckill extension in database \"%s\" is older than its library (version " SECKILL_SQL_VERSION "): run ALTER EXTENSION seckill UPDATE there",
+						   seckill_database);
+			sk_answer(&items[i]);
+		}
+		return;
+	}
+	if (nbuys > 0)
+		serve_purchases(buys, nbuys);
+
+	/* Admin requests come after the round's purchases, settled. */
+	if (nitems > nbuys && sk_redis_connected())
+		sk_journal_flush_settles();
+	for (int i = 0; i < nitems; i++)
+	{
+		if (items[i].request.kind == SK_REQ_BUY)
+			continue;
+		if (items[i].request.kind == SK_REQ_BARRIER)
+		{
+			items[i].reply.status = SK_OK;
+			sk_answer(&items[i]);
+			continue;
+		}
+		/* the locks on Redlock nodes do without the main Redis */
+		if (!((items[i].request.kind == SK_REQ_LOCK || items[i].request.kind == SK_REQ_UNLOCK) &&
+			  sk_redlock_enabled()) && !sk_journal_ready())
+		{
+			seckill_reply_error(&items[i].reply, SK_ERR_REDIS, "%s", sk_redis_error());
+			sk_answer(&items[i]);
+			continue;
+		}
+		serve_admin(&items[i].request, &items[i].reply);
+		if (!sk_answer(&items[i]) && items[i].request.kind == SK_REQ_LOCK &&
+			items[i].reply.status == SK_OK)
+			seckill_lock_hand_back(items[i].request.lock.owner);
+	}
+}
+
+/* Fill the campaign cache from PostgreSQL: what backends may answer alone. */
+static void
+load_campaign_cache(void)
+{
+	List	   *rows;
+	ListCell   *lc;
+
+	cache_loaded = false;
+	rows = store_preheated_campaigns();
+	/* what the table says: a restart during an outage remembers that Redis is stale */
+	if (!store_sql_outdated)
+		seckill_shared->sales_from_database = store_sales_from_database;
+
+	foreach(lc, rows)
+	{
+		SkCampaignRow *row = lfirst(lc);
+
+		if (!seckill_campaign_store(row->id, row->goods, row->starts_at, row->ends_at,
+									row->per_user_limit, &row->limits, row->created_at,
+									row->sold >= row->total_stock))
+			ereport(WARNING,
+					(errmsg("seckill cannot cache campaign " INT64_FORMAT " (\"%s\"): more campaigns are preheated than seckill.max_campaigns (%d)",
+							row->id, row->goods, seckill_max_campaigns),
+					 errhint("Its sales go through the worker without the sold-out shortcut; close finished campaigns or raise seckill.max_campaigns.")));
+	}
+	cache_loaded = true;
+}
+
+/*
+ * The worker's own settings, whatever ALTER DATABASE or ALTER ROLE set: it
+ * runs as a superuser, so nothing a database owner can create may be found
+ * through its search_path, and no inherited default may make its commits
+ * fail, wait without bound or end the process.
+ */
+static void
+pin_environment(void)
+{
+	static const char *const pinned[][2] = {
+		{"search_path", ""},
+		{"default_transaction_isolation", "read committed"},
+		{"default_transaction_read_only", "off"},
+		{"default_transaction_deferrable", "off"},
+		{"session_replication_role", "origin"},
+		{"exit_on_error", "off"},
+		{"transform_null_equals", "off"},
+		/* "ok" means committed: nothing may make a commit less durable */
+		{"synchronous_commit", "on"},
+		/* armed per transaction by store_begin, from seckill.worker_statement_timeout */
+		{"statement_timeout", "0"},
+		{"idle_in_transaction_session_timeout", "0"},
+	};
+
+	for (int i = 0; i < lengthof(pinned); i++)
+		SetConfigOption(pinned[i][0], pinned[i][1], PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("lock_timeout", psprintf("%d", seckill_worker_lock_timeout),
+					PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+/* Wait until then, hearing SIGTERM and the postmaster's death meanwhile. */
+static void
+pause_until(TimestampTz until)
+{
+	while (GetCurrentTimestamp() < until)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Max(TimestampDifferenceMilliseconds(GetCurrentTimestamp(), until), 1),
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
+ * A start that could not connect to seckill.database (it does not exist, or
+ * refuses connections) ends in a FATAL error and a restart: wait longer
+ * before each new attempt, up to a minute, instead of a restart a second.
+ */
+static void
+wait_before_connecting(void)
+{
+	int			failures = seckill_shared->connect_failures;
+
+	if (failures == 0)
+		return;
+	pause_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+											Min(1000 << Min(failures, 6), 60000)));
+	ereport(LOG,
+			(errmsg("seckill worker tries again to connect to database \"%s\" (attempt %d)",
+					seckill_database, failures + 1)));
+}
+
+/* After a failed rebuild on leaving database mode: when to try again. */
+static TimestampTz leave_retry_at = 0;
+
+/* Errors in a row: each waits longer before the next round, up to a second. */
+static int	errors_in_row = 0;
+
+/* The last error logged, so that a persistent one is logged once a minute. */
+static char last_error_logged[SK_MESSAGE_LEN];
+static TimestampTz last_error_logged_at = 0;
+static int	errors_not_logged = 0;
+
+static void
+log_round_error(const ErrorData *edata)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (strcmp(last_error_logged, edata->message) == 0 &&
+		now < TimestampTzPlusMilliseconds(last_error_logged_at, 60 * 1000))
+	{
+		errors_not_logged++;
+		return;
+	}
+	ereport(LOG,
+			(errcode(edata->sqlerrcode),
+			 errmsg("seckill worker could not finish a round: %s", edata->message),
+			 edata->detail ? errdetail("%s", edata->detail) : 0,
+			 errors_not_logged > 0 ?
+			 errhint("The same error happened %d more time(s) since it was last logged; it is logged at most once a minute.",
+					 errors_not_logged) : 0));
+	strlcpy(last_error_logged, edata->message, sizeof(last_error_logged));
+	last_error_logged_at = now;
+	errors_not_logged = 0;
+}
+
+/*
+ * The error boundary, reached by longjmp from any ERROR the round did not
+ * catch itself (a lock or statement timeout, a cancel, a broken table).
+ * Shaped like the recovery of PostgreSQL's own long-lived workers: abort the
+ * transaction, release what is held, answer the round's callers with the
+ * cause, and carry on.  Anything Redis reserved for them is settled by the
+ * replay: a caller learns its purchase's fate from seckill_order().
+ */
+static void
+recover_from_error(void)
+{
+	ErrorData  *edata;
+	char		message[SK_MESSAGE_LEN];
+
+	/* not PG_TRY: the error context stack still points into the frames left */
+	error_context_stack = NULL;
+	HOLD_INTERRUPTS();
+	disable_all_timeouts(false);
+	QueryCancelPending = false;
+	MemoryContextSwitchTo(TopMemoryContext);
+	edata = CopyErrorData();
+	FlushErrorState();
+	store_abort();
+	LWLockReleaseAll();
+	ConditionVariableCancelSleep();
+	pgstat_report_wait_end();
+
+	sk_redis_abandon();
+	sk_lease_give_if_held();
+	sk_journal_lost();
+	snprintf(message, sizeof(message), "the seckill worker failed while serving this request: %s",
+			 edata->message);
+	seckill_fail_taken_slots(message, edata->sqlerrcode);
+	log_round_error(edata);
+	FreeErrorData(edata);
+	MemoryContextReset(round_cxt);
+	MemoryContextSwitchTo(round_cxt);
+	RESUME_INTERRUPTS();
+
+	/* a persistent cause: requests fail fast meanwhile, the log stays quiet */
+	errors_in_row++;
+	pause_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), Min(10 << Min(errors_in_row, 7), 1000)));
+}
+
+void
+seckill_worker_main(Datum main_arg)
+{
+	int		   *slots;
+	sigjmp_buf	local_sigjmp_buf;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	/* SIGINT: a cancel, and how lock_timeout and statement_timeout fire */
+	pqsignal(SIGINT, StatementCancelHandler);
+	BackgroundWorkerUnblockSignals();
+	wait_before_connecting();
+	seckill_shared->connect_failures++;
+	BackgroundWorkerInitializeConnection(seckill_database, NULL, 0);
+	seckill_shared->connect_failures = 0;
+	pin_environment();
+
+	round_cxt = AllocSetContextCreate(TopMemoryContext, "seckill round", ALLOCSET_DEFAULT_SIZES);
+	slots = MemoryContextAlloc(TopMemoryContext, sizeof(int) * MaxBackends);
+	sk_journal_init();
+	items = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem) * MaxBackends);
+	buys = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem *) * MaxBackends);
+
+	seckill_fail_taken_slots("the seckill worker restarted while it held this request", 0);
+	before_shmem_exit(worker_exit, 0);
+	sk_redis_init();
+	/* releases by other clusters sharing the Redis wake our lock waiters */
+	if (!sk_redlock_enabled())
+		sk_redis_subscribe(sk_lock_channel(), sk_lock_released);
+
+	MemoryContextSwitchTo(round_cxt);
+
+	seckill_shared->database_id = MyDatabaseId;
+	seckill_shared->worker_latch = MyLatch;
+	ereport(LOG, (errmsg("seckill worker started for database \"%s\"", seckill_database)));
+
+	if (sigsetjmp(local_sigjmp_buf, 1) != 0)
+		recover_from_error();
+	PG_exception_stack = &local_sigjmp_buf;
+
+	for (;;)
+	{
+		int			n;
+		long		due;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			pin_environment();
+			ereport(LOG, (errmsg("seckill worker reloaded its configuration")));
+			sk_redis_reload();
+		}
+		MemoryContextReset(round_cxt);
+		MemoryContextSwitchTo(round_cxt);
+
+		if (!cache_loaded)
+			(void) sql_current();
+		if (sk_journal_needs_replay())
+			(void) sk_journal_ready();
+		/* Redis is back after sales from PostgreSQL alone: rebuild it before it sells */
+		if (seckill_shared->sales_from_database && GetCurrentTimestamp() >= leave_retry_at &&
+			sk_journal_ready() && !leave_database_mode())
+			leave_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
+
+		/* the locks' watchdog, also while rounds keep the worker busy */
+		if (GetCurrentTimestamp() >= keeper_due ||
+			pg_atomic_exchange_u32(&seckill_lock_table->changed, 0) != 0)
+		{
+			due = sk_redlock_enabled() || sk_journal_ready() ? sk_lock_keeper_tick() : 1000;
+			keeper_due = due < 0 ? DT_NOEND : TimestampTzPlusMilliseconds(GetCurrentTimestamp(), due);
+		}
+
+		n = seckill_queue_drain(slots, Min(seckill_batch_size, MaxBackends));
+		if (n > 0)
+		{
+			serve_round(slots, n);
+			errors_in_row = 0;
+			continue;
+		}
+		/*
+		 * Idle: settle first, then look at the queue again: requests may
+		 * have come in meanwhile.
+		 */
+		if (sk_journal_has_settles() && sk_redis_connected())
+		{
+			sk_journal_flush_settles();
+			continue;
+		}
+		errors_in_row = 0;
+		/* retry Redis, or look for updated SQL, now and then; renew leases when due */
+		if (store_sql_outdated)
+			(void) sql_current();
+		due = -1;
+		if (keeper_due != DT_NOEND)
+			due = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), keeper_due) + 1;
+		if (sk_journal_needs_replay() || store_sql_outdated || seckill_shared->sales_from_database)
+			due = due < 0 ? 1000 : Min(due, 1000);
+		sk_redis_wait_idle(due);
+	}
+}

@@ -22,9 +22,14 @@ ISOLATION = $(basename $(notdir $(wildcard specs/*.spec)))
 ISOLATION_OPTS = --inputdir=. --use-existing
 
 LUA = $(wildcard lua/*.lua)
-EXTRA_CLEAN = src/redis/lua_scripts.h
+EXTRA_CLEAN = src/redis/lua_scripts.h src/build_flags
 
 PG_CPPFLAGS = -I$(srcdir)/src
+# The fault tests' crash points (seckill.crash_point), as PostgreSQL's
+# injection points: only in a build made with CRASH_POINTS=1.
+ifeq ($(CRASH_POINTS),1)
+PG_CPPFLAGS += -DSECKILL_CRASH_POINTS
+endif
 PG_CFLAGS = -Wall -Wextra -Werror -Wmissing-prototypes -Wno-unused-parameter \
 	-Wno-sign-compare -Wno-missing-field-initializers
 SHLIB_LINK = -lhiredis
@@ -41,4 +46,10 @@ src/redis/lua_scripts.h: $(LUA) lua/embed.sh
 
 # PGXS tracks no header dependencies: every object depends on every header
 # (the bitcode for JIT inlining too), and redis.c embeds the scripts.
-$(OBJS) $(OBJS:.o=.bc): $(SECKILL_HEADERS) src/redis/lua_scripts.h
+$(OBJS) $(OBJS:.o=.bc): $(SECKILL_HEADERS) src/redis/lua_scripts.h src/build_flags
+
+# A change of the flags (CRASH_POINTS) rebuilds every object.
+src/build_flags: FORCE
+	@echo '$(PG_CPPFLAGS)' | cmp -s - $@ || echo '$(PG_CPPFLAGS)' > $@
+
+.PHONY: FORCE

@@ -63,12 +63,13 @@ seckill_install_deps() {
 	rm -f "$log"
 }
 
-# Quiet unless something fails: then the whole build output is shown.
+# seckill_build_install [make variables...], such as CRASH_POINTS=1.  Quiet
+# unless something fails: then the whole build output is shown.
 seckill_build_install() {
 	local log
 	log=$(mktemp)
-	if ! { make -C "$SECKILL_ROOT" -j"$(nproc)" PG_CONFIG="$SECKILL_PG_CONFIG" &&
-		make -C "$SECKILL_ROOT" install PG_CONFIG="$SECKILL_PG_CONFIG"; } >"$log" 2>&1; then
+	if ! { make -C "$SECKILL_ROOT" -j"$(nproc)" PG_CONFIG="$SECKILL_PG_CONFIG" "$@" &&
+		make -C "$SECKILL_ROOT" install PG_CONFIG="$SECKILL_PG_CONFIG" "$@"; } >"$log" 2>&1; then
 		cat "$log" >&2
 		rm -f "$log"
 		seckill_die "build or install failed"

@@ -8,7 +8,8 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 seckill_install_deps
-seckill_build_install
+# with the crash points of the fault tests (test/t/70_crash_points.t)
+seckill_build_install CRASH_POINTS=1
 seckill_start_servers
 
 cd "$SECKILL_ROOT"

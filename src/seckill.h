@@ -102,7 +102,11 @@ typedef enum SeckillRedisUnavailable
 
 extern int	seckill_redis_unavailable;
 
-/* For fault tests: where the worker dies on purpose (a superuser's setting). */
+/*
+ * For fault tests: where the worker dies on purpose (seckill.crash_point, a
+ * superuser's setting), in a build made with CRASH_POINTS=1 only, as
+ * PostgreSQL's injection points.
+ */
 typedef enum SeckillCrashPoint
 {
 	SK_CRASH_NONE,
@@ -111,8 +115,13 @@ typedef enum SeckillCrashPoint
 	SK_CRASH_BEFORE_WAKE		/* committed and settled, nobody woken */
 } SeckillCrashPoint;
 
+#ifdef SECKILL_CRASH_POINTS
 extern int	seckill_crash_point;
 extern void seckill_crash_if(SeckillCrashPoint point);
+#else
+#define seckill_crash_point SK_CRASH_NONE
+#define seckill_crash_if(point) ((void) 0)
+#endif
 
 extern void seckill_define_gucs(void);
 

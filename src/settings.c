@@ -28,7 +28,6 @@ int			seckill_worker_lock_timeout = 100;
 int			seckill_worker_statement_timeout = 10000;
 int			seckill_max_locks = 256;
 int			seckill_lock_max_hold = 3600 * 1000;
-int			seckill_crash_point = SK_CRASH_NONE;
 int			seckill_redis_unavailable = SK_UNAVAILABLE_ERROR;
 
 static const struct config_enum_entry redis_unavailable_modes[] = {
@@ -36,6 +35,9 @@ static const struct config_enum_entry redis_unavailable_modes[] = {
 	{"database", SK_UNAVAILABLE_DATABASE, false},
 	{NULL, 0, false}
 };
+
+#ifdef SECKILL_CRASH_POINTS
+int			seckill_crash_point = SK_CRASH_NONE;
 
 static const struct config_enum_entry crash_points[] = {
 	{"none", SK_CRASH_NONE, false},
@@ -60,6 +62,7 @@ seckill_crash_if(SeckillCrashPoint point)
 		proc_exit(1);
 	}
 }
+#endif
 
 void
 seckill_define_gucs(void)
@@ -142,10 +145,12 @@ seckill_define_gucs(void)
 							 "With database, the worker sells from PostgreSQL alone (its constraints arbitrate), and rebuilds every campaign in Redis from PostgreSQL before Redis takes over again.",
 							 &seckill_redis_unavailable, SK_UNAVAILABLE_ERROR, redis_unavailable_modes,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+#ifdef SECKILL_CRASH_POINTS
 	DefineCustomEnumVariable("seckill.crash_point",
 							 "Makes the worker stop at a point of a round, for fault tests.",
 							 "Never set it in production: every round would stop there.",
 							 &seckill_crash_point, SK_CRASH_NONE, crash_points,
 							 PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
+#endif
 }
 

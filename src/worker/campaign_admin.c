@@ -22,8 +22,12 @@
 #include "worker/journal.h"
 #include "worker/lease.h"
 
-/* Users per SADD when staging buyers. */
+/*
+ * Users per SADD when staging buyers, and SADDs per pipeline: 50,000 users,
+ * a few hundred milliseconds of Redis' time at most.
+ */
 #define STAGE_CHUNK 1000
+#define STAGE_PIPELINE 50
 
 /*
  * Orders cancelled per request by seckill_release_expired(): as many as take
@@ -76,9 +80,39 @@ limit_args(const SeckillLimits *l, const char **argv)
 }
 
 /*
- * Load one shard: its share of the stock, the buyers whose home it is, the
- * sale window and the limits; a draft's journal is emptied first.  False
- * with the reply set when Redis failed or refused.
+ * Send a staging pipeline of SADDs; false with the reply set when Redis
+ * failed or refused.  Between pipelines, the lease is renewed when due.
+ */
+static bool
+stage(SkPipeline *p, int64 campaign_id, SeckillReply *reply)
+{
+	SkReply    *r = sk_pipeline_exec(p);
+
+	if (r == NULL)
+	{
+		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		return false;
+	}
+	for (int i = 0; i < p->count; i++)
+		if (sk_reply_is_error(&r[i]))
+		{
+			seckill_reply_error(reply, SK_ERR_REDIS_REFUSED,
+								"staging the buyers of campaign " INT64_FORMAT " in Redis failed: %s",
+								campaign_id, r[i].str);
+			return false;
+		}
+	sk_lease_keep();
+	sk_pipeline_init(p);
+	return true;
+}
+
+/*
+ * Load one shard: its share of the stock, its buyers (those whose home it
+ * is), the sale window and the limits; a draft's journal is emptied first.
+ * The buyers are staged in pipelines of STAGE_PIPELINE SADDs, each within
+ * seckill.redis_timeout however many there are, then swapped in with the
+ * rest by lua/load.lua.  False with the reply set when Redis failed or
+ * refused.
  */
 static bool
 load_shard(const SkCampaignRow *row, int shard, int nshards, int stock, List *buyers,
@@ -100,8 +134,6 @@ load_shard(const SkCampaignRow *row, int shard, int nshards, int stock, List *bu
 	sk_pipeline_add(&p, 2, (const char *[]) {"DEL", keys[3]}, NULL);
 	foreach(lc, buyers)
 	{
-		if (sk_home_shard(lfirst(lc), nshards) != shard)
-			continue;
 		if (nsadd == 0)
 		{
 			sadd[nsadd++] = "SADD";
@@ -112,6 +144,8 @@ load_shard(const SkCampaignRow *row, int shard, int nshards, int stock, List *bu
 		{
 			sk_pipeline_add(&p, nsadd, sadd, NULL);
 			nsadd = 0;
+			if (p.count >= STAGE_PIPELINE && !stage(&p, row->id, reply))
+				return false;
 		}
 	}
 	if (nsadd > 0)
@@ -151,6 +185,8 @@ rebuild_locked(int64 id, SeckillReply *reply)
 	int			stock;
 	int			nshards;
 	bool		draft;
+	List	  **home;
+	ListCell   *lc;
 
 	store_begin("seckill: load campaign");
 	found = store_campaign(id, &row);
@@ -192,11 +228,20 @@ rebuild_locked(int64 id, SeckillReply *reply)
 		return;
 	}
 
+	/* each shard's buyers: those whose home it is */
+	home = palloc0(sizeof(List *) * nshards);
+	foreach(lc, buyers)
+	{
+		int			shard = sk_home_shard(lfirst(lc), nshards);
+
+		home[shard] = lappend(home[shard], lfirst(lc));
+	}
+
 	stock = row.total_stock - row.sold;
 	for (int shard = 0; shard < nshards; shard++)
 	{
 		sk_lease_keep();
-		if (!load_shard(&row, shard, nshards, shard_stock(stock, shard, nshards), buyers,
+		if (!load_shard(&row, shard, nshards, shard_stock(stock, shard, nshards), home[shard],
 						draft, reply))
 			return;
 	}

@@ -140,6 +140,57 @@ static uint32 cache_generation = 0;
 static bool cache_loaded = false;
 
 /*
+ * Campaigns whose rebuild failed lately, and when: their purchases are
+ * answered busy meanwhile, and a rebuild that keeps failing is tried again
+ * every REBUILD_RETRY_MS, not at every round.
+ */
+#define REBUILD_RETRY_MS 5000
+#define MAX_FAILED_REBUILDS 16
+
+static struct
+{
+	int64		campaign_id;
+	TimestampTz at;
+}			failed_rebuilds[MAX_FAILED_REBUILDS];
+
+/* Redis lost this campaign: rebuild it from PostgreSQL, unless that failed lately. */
+static void
+rebuild_lost_campaign(int64 campaign_id)
+{
+	SeckillRequest preheat = {.kind = SK_REQ_PREHEAT, .campaign_id = campaign_id};
+	SeckillReply reply = {0};
+	TimestampTz now = GetCurrentTimestamp();
+	int			slot = 0;
+
+	for (int i = 0; i < MAX_FAILED_REBUILDS; i++)
+	{
+		if (failed_rebuilds[i].campaign_id == campaign_id)
+		{
+			if (now < TimestampTzPlusMilliseconds(failed_rebuilds[i].at, REBUILD_RETRY_MS))
+				return;
+			slot = i;
+			break;
+		}
+		if (failed_rebuilds[i].at < failed_rebuilds[slot].at)
+			slot = i;
+	}
+	serve_admin(&preheat, &reply);
+	if (reply.status == SK_OK)
+	{
+		if (failed_rebuilds[slot].campaign_id == campaign_id)
+			failed_rebuilds[slot].campaign_id = 0;
+		return;
+	}
+	ereport(LOG,
+			(errmsg("seckill worker could not rebuild campaign " INT64_FORMAT " in Redis: %s",
+					campaign_id, reply.message),
+			 errhint("Its purchases are answered busy; the rebuild is tried again in %d s.",
+					 REBUILD_RETRY_MS / 1000)));
+	failed_rebuilds[slot].campaign_id = campaign_id;
+	failed_rebuilds[slot].at = now;
+}
+
+/*
  * The round's purchases: through Redis once it is connected, its journals
  * replayed and, after sales from PostgreSQL alone, rebuilt; else from
  * PostgreSQL alone or with an error, as seckill.redis_unavailable says.
@@ -162,14 +213,12 @@ serve_purchases(RoundItem **buys, int n)
 	sk_purchase_round(buys, n, rebuild, &nrebuild);
 	for (int i = 0; i < nrebuild; i++)
 	{
-		SeckillRequest preheat = {.kind = SK_REQ_PREHEAT, .campaign_id = rebuild[i]};
-		SeckillReply reply = {0};
 		bool		seen = false;
 
 		for (int j = 0; j < i; j++)
 			seen |= rebuild[j] == rebuild[i];
 		if (!seen)
-			serve_admin(&preheat, &reply);
+			rebuild_lost_campaign(rebuild[i]);
 	}
 }
 

@@ -101,4 +101,23 @@ out=$(psql -XAtq -v VERBOSITY=verbose -c "SELECT * FROM seckill_buy('w1', '$good
 seckill_redis_cli CONFIG SET maxmemory 0 >/dev/null
 ok "[[ \"\$out\" == *38000*\"Redis refused seckill's request\"*OOM* ]]" "Redis out of memory: ${out%%$'\n'*}"
 is "$(psql_val "SELECT status FROM seckill_buy('w1', '$goods-oom')")" ok "the next call buys"
+
+# 6. Redis loses that campaign and refuses its rebuild (maxmemory): its
+#    purchases are answered busy, the rebuild is tried again every 5 s, not
+#    at every purchase, and succeeds once Redis takes writes again.
+log=$SECKILL_TMP/postgresql.log
+oomcid=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$goods-oom'")
+failed="could not rebuild campaign $oomcid in Redis"
+before=$(grep -c "$failed" "$log")
+seckill_redis_cli DEL "seckill:{c:$oomcid}:meta" >/dev/null
+seckill_redis_cli CONFIG SET maxmemory 1 >/dev/null
+start=$(date +%s)
+answers=$(for i in $(seq 1 30); do psql_val "SELECT status FROM seckill_buy('x$i', '$goods-oom')"; done | sort | uniq -c | xargs)
+took=$(($(date +%s) - start))
+seckill_redis_cli CONFIG SET maxmemory 0 >/dev/null
+tries=$(($(grep -c "$failed" "$log") - before))
+is "$answers" "30 busy" "the lost campaign's purchases, its rebuild refused: busy"
+ok "[ $tries -ge 1 ] && [ $tries -le $((took / 5 + 1)) ]" "30 purchases in $took s made $tries rebuild attempts"
+seckill_wait_for "[ \"\$(psql_val \"SELECT status FROM seckill_buy('x31', '$goods-oom')\")\" = ok ]" 15
+ok "[ $? -eq 0 ]" "Redis takes writes again: the campaign is rebuilt and sells"
 done_testing

@@ -1,10 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * campaign_admin.c
- *		The worker's admin work on campaigns, each under the campaign's
- *		lease (worker/lease.c) and with its journal settled first: rebuild
- *		(preheat) from PostgreSQL, close, status, reconcile, cancel, release,
- *		restock, limits.
+ *		The worker's admin work on campaigns, a handler per request kind
+ *		(the dispatch table is in worker/worker.c, which takes the campaign's
+ *		lease around those that write): rebuild (preheat) from PostgreSQL,
+ *		close, status, reconcile, cancel, release, restock, limits.  Each
+ *		settles the campaign's journal first where its figures depend on it.
  *
  *-------------------------------------------------------------------------
  */
@@ -265,9 +266,10 @@ rebuild_locked(int64 id, SeckillReply *reply)
 	reply->values[1] = list_length(buyers);
 }
 
-static void
-close_locked(int64 id, SeckillReply *reply)
+void
+sk_admin_close(const SeckillRequest *request, SeckillReply *reply)
 {
+	int64		id = request->campaign_id;
 	SkCampaignRow row;
 	SkPipeline	p;
 	const char *keys[3];
@@ -348,9 +350,10 @@ campaign_status(int64 id, SeckillReply *reply)
 	reply->values[3] = c != NULL && pg_atomic_read_u32(&c->sold_out) != 0;
 }
 
-static void
-reconcile_locked(int64 id, SeckillReply *reply)
+void
+sk_admin_reconcile(const SeckillRequest *request, SeckillReply *reply)
 {
+	int64		id = request->campaign_id;
 	int			committed,
 				compensated;
 	SkCampaignRow row;
@@ -465,9 +468,10 @@ restock(const SkCancelled *c)
 				 errhint("seckill_reconcile() puts them back from PostgreSQL.")));
 }
 
-static void
-cancel_order(int64 order_id, SeckillReply *reply)
+void
+sk_admin_cancel(const SeckillRequest *request, SeckillReply *reply)
 {
+	int64		order_id = request->order_id;
 	SkCancelled c = {0};
 
 	store_begin("seckill: cancel order");
@@ -495,9 +499,10 @@ cancel_order(int64 order_id, SeckillReply *reply)
  * timeout; values[2] says whether more may be left.  The caller asks again
  * for the next batch, so that purchases are served in between.
  */
-static void
-release_locked(int64 id, SeckillReply *reply)
+void
+sk_admin_release(const SeckillRequest *request, SeckillReply *reply)
 {
+	int64		id = request->campaign_id;
 	SkCancelled c = {0};
 	int			batch = release_batch;
 	int			n;
@@ -525,9 +530,11 @@ release_locked(int64 id, SeckillReply *reply)
  * Change a campaign's stock in both stores.  Under the lease and with the
  * journal settled, Redis' stock is exactly total - sold: set it so.
  */
-static void
-restock_locked(int64 id, int delta, SeckillReply *reply)
+void
+sk_admin_restock(const SeckillRequest *request, SeckillReply *reply)
 {
+	int64		id = request->campaign_id;
+	int			delta = request->qty;
 	SkCampaignRow row;
 	bool		done;
 
@@ -576,9 +583,11 @@ restock_locked(int64 id, int delta, SeckillReply *reply)
  * New traffic limits: PostgreSQL first, then Redis' copy, which takes effect
  * with the next purchase; the rate limiters' buckets are left as they are.
  */
-static void
-limits_locked(int64 id, const SeckillLimits *limits, SeckillReply *reply)
+void
+sk_admin_limits(const SeckillRequest *request, SeckillReply *reply)
 {
+	int64		id = request->campaign_id;
+	const SeckillLimits *limits = &request->limits;
 	SkCampaignRow row;
 	bool		found;
 
@@ -625,45 +634,15 @@ limits_locked(int64 id, const SeckillLimits *limits, SeckillReply *reply)
 	reply->status = SK_OK;
 }
 
+/* Preheat, or rebuild after Redis lost it. */
 void
-sk_serve_admin(const SeckillRequest *request, SeckillReply *reply)
+sk_admin_preheat(const SeckillRequest *request, SeckillReply *reply)
 {
-	int64		id = request->campaign_id;
+	rebuild_locked(request->campaign_id, reply);
+}
 
-	if (request->kind == SK_REQ_STATUS)
-	{
-		campaign_status(id, reply);
-		return;
-	}
-	if (request->kind == SK_REQ_CANCEL)
-	{
-		cancel_order(request->order_id, reply);
-		return;
-	}
-	if (sk_lease_take(id, reply) == NULL)
-		return;
-	switch (request->kind)
-	{
-		case SK_REQ_PREHEAT:
-			rebuild_locked(id, reply);
-			break;
-		case SK_REQ_CLOSE:
-			close_locked(id, reply);
-			break;
-		case SK_REQ_RECONCILE:
-			reconcile_locked(id, reply);
-			break;
-		case SK_REQ_RELEASE:
-			release_locked(id, reply);
-			break;
-		case SK_REQ_RESTOCK:
-			restock_locked(id, request->qty, reply);
-			break;
-		case SK_REQ_LIMITS:
-			limits_locked(id, &request->limits, reply);
-			break;
-		default:
-			elog(ERROR, "unexpected seckill request kind %d", request->kind);
-	}
-	sk_lease_give();
+void
+sk_admin_status(const SeckillRequest *request, SeckillReply *reply)
+{
+	campaign_status(request->campaign_id, reply);
 }

@@ -1,7 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * campaign_admin.h
- *		The worker's admin work on campaigns.
+ *		The worker's admin work on campaigns, a handler per request kind.
+ *		Those that write hold the campaign's lease (worker/worker.c takes
+ *		it around them).
  *
  *-------------------------------------------------------------------------
  */
@@ -10,6 +12,13 @@
 
 #include "shared/call.h"
 
-extern void sk_serve_admin(const SeckillRequest *request, SeckillReply *reply);
+extern void sk_admin_preheat(const SeckillRequest *request, SeckillReply *reply);
+extern void sk_admin_close(const SeckillRequest *request, SeckillReply *reply);
+extern void sk_admin_status(const SeckillRequest *request, SeckillReply *reply);
+extern void sk_admin_reconcile(const SeckillRequest *request, SeckillReply *reply);
+extern void sk_admin_cancel(const SeckillRequest *request, SeckillReply *reply);
+extern void sk_admin_release(const SeckillRequest *request, SeckillReply *reply);
+extern void sk_admin_restock(const SeckillRequest *request, SeckillReply *reply);
+extern void sk_admin_limits(const SeckillRequest *request, SeckillReply *reply);
 
 #endif							/* SECKILL_CAMPAIGN_ADMIN_H */

@@ -93,23 +93,73 @@ leave_database_mode(void)
 	return true;
 }
 
+/* Where the work of a request kind needs Redis. */
+typedef enum KindRedis
+{
+	NO_REDIS,
+	MAIN_REDIS,
+	LOCK_REDIS					/* the main Redis, unless the locks live on Redlock nodes */
+} KindRedis;
+
+typedef struct RequestKind
+{
+	void		(*handler) (const SeckillRequest *request, SeckillReply *reply);
+	KindRedis	redis;
+	bool		leased;			/* done under the campaign's lease */
+} RequestKind;
+
+/* Answered once every earlier request of its caller's session is settled. */
+static void
+answer_barrier(const SeckillRequest *request, SeckillReply *reply)
+{
+	reply->status = SK_OK;
+}
+
 /*
- * Admin work may raise errors (SPI, constraints, a full campaign cache):
- * they become the reply, and the worker carries on.
+ * Every request kind but purchases, which a round serves together.  Long
+ * work is sliced by its callers, a request per slice (the release of
+ * expired orders), so that purchases are served between slices.
+ */
+static const RequestKind request_kinds[] = {
+	[SK_REQ_PREHEAT] = {sk_admin_preheat, MAIN_REDIS, true},
+	[SK_REQ_CLOSE] = {sk_admin_close, MAIN_REDIS, true},
+	[SK_REQ_STATUS] = {sk_admin_status, MAIN_REDIS, false},
+	[SK_REQ_RECONCILE] = {sk_admin_reconcile, MAIN_REDIS, true},
+	[SK_REQ_CANCEL] = {sk_admin_cancel, MAIN_REDIS, false},
+	[SK_REQ_RELEASE] = {sk_admin_release, MAIN_REDIS, true},
+	[SK_REQ_RESTOCK] = {sk_admin_restock, MAIN_REDIS, true},
+	[SK_REQ_LIMITS] = {sk_admin_limits, MAIN_REDIS, true},
+	[SK_REQ_LOCK] = {sk_lock_acquire, LOCK_REDIS, false},
+	[SK_REQ_UNLOCK] = {sk_lock_release, LOCK_REDIS, false},
+	[SK_REQ_BARRIER] = {answer_barrier, NO_REDIS, false},
+};
+
+/*
+ * Serve one request that is not a purchase.  Its errors (SPI, constraints,
+ * a full campaign cache, a lock timeout) become its reply, and the worker
+ * carries on.
  */
 static void
 serve_admin(const SeckillRequest *request, SeckillReply *reply)
 {
+	const RequestKind *kind = &request_kinds[request->kind];
 	MemoryContext cxt = CurrentMemoryContext;
 
+	Assert(request->kind < lengthof(request_kinds) && kind->handler != NULL);
+	if ((kind->redis == MAIN_REDIS || (kind->redis == LOCK_REDIS && !sk_redlock_enabled())) &&
+		!sk_journal_ready())
+	{
+		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		return;
+	}
 	PG_TRY();
 	{
-		if (request->kind == SK_REQ_LOCK)
-			sk_lock_acquire(request, reply);
-		else if (request->kind == SK_REQ_UNLOCK)
-			sk_lock_release(request, reply);
-		else
-			sk_serve_admin(request, reply);
+		if (!kind->leased || sk_lease_take(request->campaign_id, reply) != NULL)
+		{
+			kind->handler(request, reply);
+			if (kind->leased)
+				sk_lease_give();
+		}
 	}
 	PG_CATCH();
 	{
@@ -289,20 +339,6 @@ serve_round(const int *slots, int n)
 	{
 		if (items[i].request.kind == SK_REQ_BUY)
 			continue;
-		if (items[i].request.kind == SK_REQ_BARRIER)
-		{
-			items[i].reply.status = SK_OK;
-			sk_answer(&items[i]);
-			continue;
-		}
-		/* the locks on Redlock nodes do without the main Redis */
-		if (!((items[i].request.kind == SK_REQ_LOCK || items[i].request.kind == SK_REQ_UNLOCK) &&
-			  sk_redlock_enabled()) && !sk_journal_ready())
-		{
-			seckill_reply_error(&items[i].reply, SK_ERR_REDIS, "%s", sk_redis_error());
-			sk_answer(&items[i]);
-			continue;
-		}
 		serve_admin(&items[i].request, &items[i].reply);
 		if (!sk_answer(&items[i]) && items[i].request.kind == SK_REQ_LOCK &&
 			items[i].reply.status == SK_OK)

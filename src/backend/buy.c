@@ -25,6 +25,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/inet.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(seckill_buy);
@@ -261,15 +262,27 @@ seckill_order(PG_FUNCTION_ARGS)
 	{
 		Oid			types[2] = {INT8OID, TEXTOID};
 		Datum		args[2] = {Int64GetDatum(info.id), CStringGetTextDatum(user_id)};
-
 		int			level;
+
+		SPIPlanPtr	plan;
 
 		(void) seckill_call_checked(SK_REQ_BARRIER, info.id, NULL, 0);
 		level = seckill_spi_begin();
-		if (SPI_execute_with_args("SELECT status, id, qty, created_at FROM seckill.orders "
-								  "WHERE campaign_id = $1 AND user_id = $2 "
-								  "ORDER BY status <> 'cancelled' DESC, id DESC LIMIT 1",
-								  2, types, args, NULL, true, 1) != SPI_OK_SELECT)
+		plan = SPI_prepare("SELECT status, id, qty, created_at FROM seckill.orders "
+						   "WHERE campaign_id = $1 AND user_id = $2 "
+						   "ORDER BY status <> 'cancelled' DESC, id DESC LIMIT 1",
+						   2, types);
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+
+		/*
+		 * What the worker committed while we waited, whatever the caller's
+		 * snapshot: the statement's (taken before the wait, or before the
+		 * purchase in the same statement) or a repeatable read's would
+		 * answer none for an order that exists.
+		 */
+		if (SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(), InvalidSnapshot,
+								 true, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "reading seckill.orders failed");
 		if (SPI_processed > 0)
 		{

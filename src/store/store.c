@@ -811,7 +811,9 @@ store_cancel_order(int64 order_id, SkCancelled *out)
 /*
  * Inside a transaction: cancel up to limit expired unpaid orders of a
  * campaign, the oldest first.  The partial index orders_reserved serves them
- * in that order, so a batch costs O(limit) however many have expired.
+ * in that order, so a batch costs O(limit) however many have expired.  A
+ * payment timeout past a thousand years means never: now() less it would
+ * be out of the range of a timestamp.
  */
 int
 store_release_expired(int64 campaign_id, int limit, SkCancelled *out)
@@ -822,7 +824,7 @@ store_release_expired(int64 campaign_id, int limit, SkCancelled *out)
 	out->campaign_id = campaign_id;
 	return cancel_orders("SELECT o.id FROM seckill.orders o"
 						 " WHERE o.campaign_id = $1 AND o.status = 'reserved'"
-						 "   AND o.created_at < (SELECT pg_catalog.now() - c.payment_timeout"
+						 "   AND o.created_at < (SELECT pg_catalog.now() - LEAST(c.payment_timeout, interval '1000 years')"
 						 "                         FROM seckill.campaigns c WHERE c.id = $1)"
 						 " ORDER BY o.created_at LIMIT $2 FOR UPDATE OF o SKIP LOCKED",
 						 2, types, values, out);

@@ -36,7 +36,8 @@
  * meanwhile wait no longer than that.
  */
 #define RELEASE_BUDGET_MS 3
-static int	release_batch = 100;
+#define RELEASE_MIN_BATCH 100
+static int	release_batch = RELEASE_MIN_BATCH;
 
 /* Each shard's stock when a campaign's stock is split: as even as can be. */
 static int
@@ -520,10 +521,16 @@ sk_admin_release(const SeckillRequest *request, SeckillReply *reply)
 	reply->values[1] = c.qty;
 	reply->values[2] = n == batch;
 
-	/* half way towards the size that fits the budget */
+	/*
+	 * Half way towards the size that fits the budget.  Each batch also costs
+	 * a commit and a Redis round trip, whatever its size: never below
+	 * RELEASE_MIN_BATCH, or a slow commit would shrink the batches to
+	 * nothing but that cost.
+	 */
 	took = Max(GetCurrentTimestamp() - start, 1);
 	if (n == batch)
-		release_batch = Max(10, Min(10000, (batch + batch * RELEASE_BUDGET_MS * 1000 / took) / 2));
+		release_batch = Max(RELEASE_MIN_BATCH,
+							Min(10000, (batch + batch * RELEASE_BUDGET_MS * 1000 / took) / 2));
 }
 
 /*

@@ -135,6 +135,11 @@ is "$(psql_val "SELECT count(*) FROM seckill.compensations c JOIN seckill.campai
 # 4. 200,000 expired unpaid orders, released while the sale runs.
 expired="expired-$tag"
 is "$(expired_campaign "$expired" 200000)" 0 "a campaign of 200,000 orders, all unpaid past the timeout"
+# and one whose payment timeout means never: now() less it is no timestamp
+forever="forever-$tag"
+psql_val "SELECT seckill_campaign_create('$forever', 10, payment_timeout => '9999 years')" >/dev/null
+is "$(psql_val "SELECT seckill_preheat('$forever') || ' ' || (seckill_buy('patient', '$forever')).status")" "10 ok" \
+	"a campaign whose payment timeout is 9,999 years, with an unpaid order"
 load release 6
 start=$(date +%s%3N)
 released=$(psql_val "SELECT released || '/' || released_qty FROM seckill_release_expired() WHERE campaign_goods = '$expired'")
@@ -144,8 +149,10 @@ is "$released" "200000/200000" "seckill_release_expired() released all 200,000 i
 report release "a release of 200,000 expired orders"
 is "$(psql_val "SELECT pg_stock || '/' || redis_stock || '/' || redis_buyers FROM seckill_status('$expired')")" \
 	"200000/200000/0" "their stock is back on sale in both stores, their buyers gone from Redis"
+is "$(psql_val "SELECT o.status FROM seckill.orders o JOIN seckill.campaigns c ON c.id = o.campaign_id
+	WHERE c.goods = '$forever'")" reserved "the order of 9,999 years' timeout is still reserved"
 
-for goods in "$sale" "$other" "$expired"; do
+for goods in "$sale" "$other" "$expired" "$forever"; do
 	psql_val "SELECT seckill_close('$goods')" >/dev/null
 done
 done_testing

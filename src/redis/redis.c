@@ -523,6 +523,15 @@ is_noscript(const SkReply *r)
 	return r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
+static bool
+any_noscript(const SkReply *r, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (is_noscript(&r[i]))
+			return true;
+	return false;
+}
+
 /* Times the scripts are loaded again for one pipeline before its NOSCRIPT replies stand. */
 #define NOSCRIPT_RETRIES 3
 
@@ -537,7 +546,6 @@ SkReply *
 sk_pipeline_exec(SkPipeline *p)
 {
 	SkReply    *replies;
-	int		   *which;
 
 	if (conn == NULL)
 		return NULL;
@@ -547,11 +555,11 @@ sk_pipeline_exec(SkPipeline *p)
 	if (!send_and_read(p, replies))
 		return NULL;
 
-	which = palloc(sizeof(int) * p->count);
-	for (int attempt = 0; attempt < NOSCRIPT_RETRIES; attempt++)
+	for (int attempt = 0; attempt < NOSCRIPT_RETRIES && any_noscript(replies, p->count); attempt++)
 	{
 		SkPipeline	again;
 		SkReply    *more;
+		int		   *which = palloc(sizeof(int) * p->count);
 
 		sk_pipeline_init(&again);
 		for (int i = 0; i < p->count; i++)
@@ -563,8 +571,6 @@ sk_pipeline_exec(SkPipeline *p)
 			appendBinaryStringInfo(&again.buf, p->buf.data + start, p->ends[i] - start);
 			which[again.count++] = i;
 		}
-		if (again.count == 0)
-			break;
 		ereport(LOG, (errmsg("seckill worker reloads its Lua scripts into Redis")));
 		more = palloc0(sizeof(SkReply) * again.count);
 		if (!load_scripts() || !send_and_read(&again, more))

@@ -784,13 +784,10 @@ store_cancel_order(int64 order_id, SkCancelled *out)
 	Oid			types[1] = {INT8OID};
 	Datum		values[1] = {Int64GetDatum(order_id)};
 	bool		isnull;
-	int			rc;
 
 	out->status[0] = '\0';
-	rc = SPI_execute_with_args("SELECT status, campaign_id FROM seckill.orders WHERE id = $1 FOR UPDATE SKIP LOCKED",
-							   1, types, values, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "reading order " INT64_FORMAT " failed: %s", order_id, SPI_result_code_string(rc));
+	run("SELECT status, campaign_id FROM seckill.orders WHERE id = $1 FOR UPDATE SKIP LOCKED",
+		1, types, values, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 	{
 		run("SELECT 1 FROM seckill.orders WHERE id = $1", 1, types, values, SPI_OK_SELECT);

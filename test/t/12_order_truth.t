@@ -7,9 +7,7 @@ set -uo pipefail
 . "$(dirname "$0")/tap.sh"
 
 goods="truth-$(date +%s)-$$"
-work=$(mktemp -d)
-holder_pid=
-trap '[ -n "$holder_pid" ] && kill "$holder_pid" 2>/dev/null; rm -rf "$work"' EXIT
+trap '[ -n "$SESSION_PID" ] && kill "$SESSION_PID" 2>/dev/null' EXIT
 
 psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
 psql_val "SELECT seckill_campaign_create('$goods', 100000)" >/dev/null
@@ -21,19 +19,10 @@ is "$(psql_val "SELECT (seckill_buy('same', '$goods')).status || ' ' || (seckill
 # isolation level: a transaction that took its snapshot, then a purchase elsewhere
 for level in 'repeatable read' serializable; do
 	user="rr-${level// /-}"
-	rm -f "$work/in" "$work/out"
-	mkfifo "$work/in"
-	psql -XAtq <"$work/in" >"$work/out" 2>&1 &
-	holder_pid=$!
-	exec 7>"$work/in"
-	echo "BEGIN ISOLATION LEVEL $level; SELECT count(*) FROM seckill.orders; SELECT 'ready';" >&7
-	seckill_wait_for "grep -q '^ready' '$work/out'" 10
+	session_hold "BEGIN ISOLATION LEVEL $level; SELECT count(*) FROM seckill.orders;"
 	bought=$(psql_val "SELECT status FROM seckill_buy('$user', '$goods')")
-	echo "SELECT 'fate=' || status FROM seckill_order('$user', '$goods'); COMMIT;" >&7
-	exec 7>&-
-	wait "$holder_pid"
-	holder_pid=
-	is "$bought/$(sed -n 's/^fate=//p' "$work/out")" "ok/reserved" \
+	session_end "SELECT 'fate=' || status FROM seckill_order('$user', '$goods'); COMMIT;"
+	is "$bought/$(sed -n 's/^fate=//p' "$SESSION_OUT")" "ok/reserved" \
 		"$level, snapshot taken before the purchase: seckill_order says reserved"
 done
 

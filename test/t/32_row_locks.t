@@ -13,9 +13,8 @@ set -uo pipefail
 . "$(dirname "$0")/sale.sh"
 
 work=$(mktemp -d)
-holder_pid=
 cleanup() {
-	[ -n "$holder_pid" ] && kill "$holder_pid" 2>/dev/null
+	[ -n "$SESSION_PID" ] && kill "$SESSION_PID" 2>/dev/null
 	psql -XAtq -c "ROLLBACK PREPARED 'seckill-test-held'" >/dev/null 2>&1
 	rm -rf "$work"
 }
@@ -55,24 +54,6 @@ report() {
 		"$2: no purchase of the sale waited a second"
 }
 
-# hold "SQL": a session that runs it and stays in its transaction, in the
-# background; its pid in $work/holder.out.  release "SQL" ends it.
-hold() {
-	rm -f "$work/holder.in" "$work/holder.out"
-	mkfifo "$work/holder.in"
-	psql -XAtq <"$work/holder.in" >"$work/holder.out" 2>&1 &
-	holder_pid=$!
-	exec 7>"$work/holder.in"
-	echo "$1 SELECT 'pid=' || pg_backend_pid();" >&7
-	seckill_wait_for "grep -q '^pid=' '$work/holder.out'" 10
-}
-release() {
-	echo "$1" >&7
-	exec 7>&-
-	wait "$holder_pid"
-	holder_pid=
-}
-
 load alone 4
 wait "$LOAD"
 ok "grep -q 'number of failed transactions: 0' '$work/alone/pgbench.out'" \
@@ -81,8 +62,8 @@ ok "grep -q 'number of failed transactions: 0' '$work/alone/pgbench.out'" \
 # 1. An application pays an order in an open transaction; another session
 #    cancels it, again and again.
 order=$(psql_val "SELECT order_id FROM seckill_buy('locker', '$other')")
-hold "BEGIN; SELECT seckill_pay($order);"
-locker=$(sed -n 's/^pid=//p' "$work/holder.out")
+session_hold "BEGIN; SELECT seckill_pay($order);"
+locker=$(sed -n 's/^pid=//p' "$SESSION_OUT")
 load row_lock 4
 cancels=0 refused=0 slowest=0
 deadline=$(($(date +%s) + 3))
@@ -98,7 +79,7 @@ wait "$LOAD"
 is "$refused/$cancels" "$cancels/$cancels" "each cancel of the order held open fails with 55P03 naming process $locker"
 ok "[ $slowest -lt 1000 ]" "and at once: the slowest refusal took $slowest ms"
 report row_lock "an order's row held open, cancelled $cancels times"
-release "COMMIT;"
+session_end "COMMIT;"
 is "$(psql_val "SELECT status FROM seckill.orders WHERE id = $order")" paid \
 	"the application's transaction committed its payment"
 err=$(psql -XAtq -c "SELECT seckill_cancel($order)" 2>&1)
@@ -118,7 +99,7 @@ is "$(psql_val "SELECT seckill_cancel($order)")" cancelled "rolled back, the ord
 
 # 3. A DBA holds the other campaign's row: its purchases are answered busy
 #    at once, and the sale goes on.
-hold "BEGIN; SELECT 1 FROM seckill.campaigns WHERE goods = '$other' FOR UPDATE;"
+session_hold "BEGIN; SELECT 1 FROM seckill.campaigns WHERE goods = '$other' FOR UPDATE;"
 load campaign_lock 4
 start=$(date +%s%3N)
 answers=$(for i in $(seq 1 20); do psql_val "SELECT status FROM seckill_buy('held-$i', '$other')"; done | sort | uniq -c | xargs)
@@ -126,7 +107,7 @@ took=$(($(date +%s%3N) - start))
 wait "$LOAD"
 is "$answers" "20 busy" "20 purchases of the campaign whose row is held: busy, all 20 in $took ms"
 report campaign_lock "a campaign's row held by a DBA"
-release "COMMIT;"
+session_end "COMMIT;"
 is "$(psql_val "SELECT status FROM seckill_buy('held-1', '$other')")" ok "released, the campaign sells again"
 is "$(psql_val "SELECT count(*) FROM seckill.compensations c JOIN seckill.campaigns k ON k.id = c.campaign_id
 	WHERE k.goods = '$other' AND c.reason LIKE '%locked by another transaction%'")" 20 \

@@ -62,6 +62,28 @@ psql_val() {
 	psql -XAtq -v ON_ERROR_STOP=1 -c "$1"
 }
 
+# session_hold "SQL": a psql session in the background that runs the SQL and
+# stays open, in its transaction if the SQL began one.  Its process is
+# SESSION_PID; its output goes to SESSION_OUT, with a line pid=<its backend's
+# pid> once the SQL ran.  session_end "SQL" sends the last SQL and waits.
+SESSION_PID=
+session_hold() {
+	SESSION_DIR=$(mktemp -d -p "$SECKILL_TMP")
+	SESSION_OUT=$SESSION_DIR/out
+	mkfifo "$SESSION_DIR/in"
+	psql -XAtq <"$SESSION_DIR/in" >"$SESSION_OUT" 2>&1 &
+	SESSION_PID=$!
+	exec 7>"$SESSION_DIR/in"
+	echo "$1 SELECT 'pid=' || pg_backend_pid();" >&7
+	seckill_wait_for "grep -q '^pid=' '$SESSION_OUT'" 10
+}
+session_end() {
+	echo "$1" >&7
+	exec 7>&-
+	wait "$SESSION_PID"
+	SESSION_PID=
+}
+
 # Ends the test: prints the plan if none was given and exits with the number
 # of failures, after the servers' last log lines when something failed.
 done_testing() {

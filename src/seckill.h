@@ -22,7 +22,7 @@
 #include "datatype/timestamp.h"
 
 /* The version of the extension's SQL objects this library works with. */
-#define SECKILL_SQL_VERSION "1.3"
+#define SECKILL_SQL_VERSION "1.4"
 
 /* Documented limits of ids, in bytes. */
 #define SECKILL_MAX_USER_LEN	128
@@ -47,7 +47,9 @@ typedef enum SeckillStatus
 	SK_ERR_REDIS_REFUSED,		/* Redis answered with an error */
 	SK_ERR_WORKER,				/* the worker restarted while it held the request */
 	SK_ERR_INVALID,				/* the request does not make sense (closed campaign...) */
-	SK_ERR_LOCKED				/* the campaign's lock is held elsewhere */
+	SK_ERR_LOCKED,				/* the campaign's lock is held elsewhere */
+	/* the worker's own: the reply waits for the rebuild of the campaign */
+	SK_PENDING
 } SeckillStatus;
 
 extern const char *seckill_status_name(SeckillStatus status);

@@ -42,6 +42,7 @@ typedef struct RedlockNode
 static RedlockNode *nodes = NULL;
 static int	nnodes = 0;
 static char *parsed = NULL;		/* the setting nodes[] was made from */
+static bool in_flight = false;	/* commands sent, not all answers read */
 
 static void
 node_close(RedlockNode *n, const char *why)
@@ -189,6 +190,7 @@ call_all(const RedlockCommand *commands, int ncommands, int *yes, int *answered)
 
 	memset(yes, 0, sizeof(int) * ncommands);
 	memset(answered, 0, sizeof(int) * ncommands);
+	in_flight = true;
 	for (int i = 0; i < nnodes; i++)
 	{
 		RedlockNode *n = &nodes[i];
@@ -311,6 +313,21 @@ call_all(const RedlockCommand *commands, int ncommands, int *yes, int *answered)
 			}
 		}
 	}
+	in_flight = false;
+}
+
+/*
+ * After an error broke off a call to the nodes: their connections may still
+ * owe answers, which the next call would take for its own.  Close them.
+ */
+void
+sk_redlock_abandon(void)
+{
+	if (!in_flight)
+		return;
+	for (int i = 0; i < nnodes; i++)
+		node_close(&nodes[i], "a call was broken off while the node was answering");
+	in_flight = false;
 }
 
 /* One lock script on every node: the nodes that answered 1, and *answered. */

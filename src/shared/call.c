@@ -177,6 +177,8 @@ request_timed_out(const SeckillRequest *request)
 			 errmsg("seckill request timed out after %d ms", seckill_request_timeout),
 			 request->kind == SK_REQ_BUY ?
 			 errhint("The purchase may still complete: call seckill_order() to learn its fate before buying again.") :
+			 request->kind == SK_REQ_PREHEAT || request->kind == SK_REQ_RECONCILE ?
+			 errhint("Loading a campaign of many buyers into Redis goes on without the caller; the server log says when it is done. Raise seckill.request_timeout to wait for it.") :
 			 errhint("The seckill worker may be stalled: see its wait_event in pg_stat_activity (backend_type 'seckill worker') and the server log.")));
 }
 
@@ -354,6 +356,31 @@ seckill_slot_reply(int index, uint64 seq, const SeckillReply *reply)
 	if (latch)
 		SetLatch(latch);
 	return delivered;
+}
+
+/*
+ * Has the caller given up on this taken request, which waits for work not
+ * begun yet?  Then the slot is freed at once, so that the caller's next
+ * request is not made to wait for it.
+ */
+bool
+seckill_slot_given_up(int index, uint64 seq)
+{
+	SeckillSlot *slot = &seckill_slots[index];
+	Latch	   *latch = NULL;
+	bool		given_up = false;
+
+	SpinLockAcquire(&slot->mutex);
+	if (slot->seq == seq && slot->state == SLOT_ABANDONED)
+	{
+		slot->state = SLOT_FREE;
+		latch = slot->latch;
+		given_up = true;
+	}
+	SpinLockRelease(&slot->mutex);
+	if (latch)
+		SetLatch(latch);
+	return given_up;
 }
 
 /*

@@ -119,6 +119,7 @@ extern SeckillReply seckill_call(const SeckillRequest *request);
 extern int	seckill_queue_drain(int *slots, int max);
 extern bool seckill_slot_take(int slot, SeckillRequest *request, uint64 *seq);
 extern bool seckill_slot_reply(int slot, uint64 seq, const SeckillReply *reply);
+extern bool seckill_slot_given_up(int slot, uint64 seq);
 extern void seckill_fail_taken_slots(const char *why, int sqlerrcode);
 extern void seckill_reply_error(SeckillReply *reply, SeckillStatus status, const char *fmt,...) pg_attribute_printf(3, 4);
 

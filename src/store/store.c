@@ -31,6 +31,7 @@
 static SPIPlanPtr commit_plan = NULL;
 static SPIPlanPtr compensation_plan = NULL;
 static SPIPlanPtr exist_plan = NULL;
+static SPIPlanPtr buyers_plan[2] = {NULL, NULL};	/* active, cancelled */
 
 /* The block of order ids the worker owns: [next_id, last_id]. */
 static int64 next_id = 0;
@@ -291,6 +292,44 @@ status_for_error(int sqlerrcode)
 }
 
 /*
+ * Inside a transaction, without Redis: which of orders[0..n-1] come from
+ * buyers refused a rebuy (their order in a campaign with rebuy_after_cancel
+ * = false was cancelled)?  Their outcome becomes SK_DUPLICATE; returns how
+ * many.  Redis refuses them itself: they stay in its buyers.
+ */
+int
+store_refuse_rebuyers(SkOrder *orders, int n)
+{
+	Oid			types[2] = {INT8ARRAYOID, TEXTARRAYOID};
+	Datum		values[2];
+	Datum	   *campaigns = palloc(sizeof(Datum) * n);
+	Datum	   *users = palloc(sizeof(Datum) * n);
+
+	for (int i = 0; i < n; i++)
+	{
+		campaigns[i] = Int64GetDatum(orders[i].campaign_id);
+		users[i] = CStringGetTextDatum(orders[i].user_id);
+	}
+	values[0] = PointerGetDatum(construct_array(campaigns, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[1] = PointerGetDatum(construct_array(users, n, TEXTOID, -1, false, TYPALIGN_INT));
+	run("SELECT r.i FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2))"
+		"  WITH ORDINALITY AS r(campaign_id, user_id, i)"
+		" WHERE EXISTS (SELECT FROM seckill.campaigns c"
+		"               WHERE c.id = r.campaign_id AND NOT c.rebuy_after_cancel)"
+		"   AND EXISTS (SELECT FROM seckill.orders o WHERE o.campaign_id = r.campaign_id"
+		"               AND o.user_id = r.user_id AND o.status = 'cancelled')",
+		2, types, values, SPI_OK_SELECT);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		int64		i = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+
+		orders[i - 1].outcome = SK_DUPLICATE;
+	}
+	return SPI_processed;
+}
+
+/*
  * Inside a transaction: commit what can be committed of orders[0..n-1]
  * (sorted by id), and log the rest as compensations when Redis had
  * reserved them.  Each order's outcome says what its caller is to be told.
@@ -452,6 +491,7 @@ row_from_tuple(HeapTuple tuple, TupleDesc desc, SkCampaignRow *row)
 	secret = SPI_getbinval(tuple, desc, 18, &isnull);
 	if (!isnull)
 		store_token_secret_copy(DatumGetByteaPP(secret), &row->limits);
+	row->rebuy_after_cancel = DatumGetBool(SPI_getbinval(tuple, desc, 19, &isnull));
 }
 
 /* Read the LIMITS_COLUMNS that start at column first (1-based). */
@@ -474,7 +514,7 @@ store_limits_from_tuple(HeapTuple tuple, TupleDesc desc, int first, SeckillLimit
 #define CAMPAIGN_FIELDS \
 	"id, goods, total_stock, sold, per_user_limit, starts_at, ends_at, state, " \
 	LIMITS_COLUMNS ", created_at, (SELECT t.secret FROM seckill.token_secrets t " \
-	"WHERE t.campaign_id = seckill.campaigns.id)"
+	"WHERE t.campaign_id = seckill.campaigns.id), rebuy_after_cancel"
 
 #define CAMPAIGN_COLUMNS "SELECT " CAMPAIGN_FIELDS " FROM seckill.campaigns "
 
@@ -581,16 +621,32 @@ store_preheated_campaigns(void)
 }
 
 /* Inside a transaction: the users with an active order, as char *. */
+/*
+ * Inside a transaction: up to limit buyers of the campaign whose user id
+ * comes after the given one (the first page: ""), in user id order; with
+ * cancelled, those whose orders were all cancelled.  Keyset pages over
+ * orders_one_active_per_user and orders_cancelled: each costs O(limit).
+ */
 List *
-store_buyers(int64 campaign_id)
+store_buyers_page(int64 campaign_id, bool cancelled, const char *after, int limit)
 {
-	Oid			types[1] = {INT8OID};
-	Datum		values[1] = {Int64GetDatum(campaign_id)};
+	Oid			types[3] = {INT8OID, TEXTOID, INT4OID};
+	Datum		values[3] = {Int64GetDatum(campaign_id), CStringGetTextDatum(after), Int32GetDatum(limit)};
 	List	   *users = NIL;
 	MemoryContext spi_cxt;
+	int			rc;
 
-	run("SELECT user_id FROM seckill.orders WHERE campaign_id = $1 AND status <> 'cancelled'",
-		1, types, values, SPI_OK_SELECT);
+	if (buyers_plan[cancelled] == NULL)
+		buyers_plan[cancelled] = prepare(cancelled ?
+										 "SELECT DISTINCT user_id FROM seckill.orders WHERE campaign_id = $1"
+										 " AND status = 'cancelled' AND user_id > $2 ORDER BY user_id LIMIT $3" :
+										 "SELECT user_id FROM seckill.orders WHERE campaign_id = $1"
+										 " AND status <> 'cancelled' AND user_id > $2 ORDER BY user_id LIMIT $3",
+										 3, types);
+	rc = SPI_execute_plan(buyers_plan[cancelled], values, NULL, true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI failed reading the buyers of campaign " INT64_FORMAT ": %s",
+			 campaign_id, SPI_result_code_string(rc));
 	spi_cxt = MemoryContextSwitchTo(caller_cxt);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
@@ -601,6 +657,30 @@ store_buyers(int64 campaign_id)
 	}
 	MemoryContextSwitchTo(spi_cxt);
 	return users;
+}
+
+/*
+ * Inside a transaction: the campaign's buyers, as Redis should hold them:
+ * users with an active order, and, unless they may buy again, those whose
+ * orders were cancelled.
+ */
+int64
+store_buyer_count(int64 campaign_id, bool rebuy)
+{
+	Oid			types[2] = {INT8OID, BOOLOID};
+	Datum		values[2] = {Int64GetDatum(campaign_id), BoolGetDatum(rebuy)};
+	bool		isnull;
+
+	run("SELECT (SELECT pg_catalog.count(*) FROM seckill.orders"
+		"        WHERE campaign_id = $1 AND status <> 'cancelled')"
+		" + CASE WHEN $2 THEN 0 ELSE"
+		"  (SELECT pg_catalog.count(DISTINCT o.user_id) FROM seckill.orders o"
+		"   WHERE o.campaign_id = $1 AND o.status = 'cancelled'"
+		"   AND NOT EXISTS (SELECT FROM seckill.orders a WHERE a.campaign_id = $1"
+		"                   AND a.user_id = o.user_id"
+		"                   AND a.status <> 'cancelled')) END",
+		2, types, values, SPI_OK_SELECT);
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
 void

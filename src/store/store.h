@@ -41,6 +41,7 @@ typedef struct SkCampaignRow
 	char		state[16];
 	SeckillLimits limits;
 	TimestampTz created_at;
+	bool		rebuy_after_cancel;
 } SkCampaignRow;
 
 /*
@@ -69,6 +70,7 @@ extern void store_abort(void);
 extern void store_take_order_ids(int64 *ids, int n);
 extern void store_forget_order_ids(void);
 extern void store_commit_orders(SkOrder *orders, int n, bool reserved_in_redis);
+extern int	store_refuse_rebuyers(SkOrder *orders, int n);
 extern void store_log_compensation(int64 request_id, int64 campaign_id,
 								   const char *user_id, int qty, const char *reason);
 extern bool *store_orders_exist(const int64 *ids, int n);
@@ -76,7 +78,8 @@ extern bool *store_have_active_order(int64 campaign_id, const char **users, int 
 extern bool store_campaign(int64 id, SkCampaignRow *row);
 extern List *store_preheated_campaigns(void);
 extern void store_set_database_mode(bool on);
-extern List *store_buyers(int64 campaign_id);
+extern List *store_buyers_page(int64 campaign_id, bool cancelled, const char *after, int limit);
+extern int64 store_buyer_count(int64 campaign_id, bool rebuy_after_cancel);
 extern void store_set_state(int64 campaign_id, const char *state);
 extern void store_set_limits(int64 campaign_id, const SeckillLimits *limits);
 extern bool store_fence_token_needs_block(void);

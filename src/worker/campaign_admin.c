@@ -3,9 +3,10 @@
  * campaign_admin.c
  *		The worker's admin work on campaigns, a handler per request kind
  *		(the dispatch table is in worker/worker.c, which takes the campaign's
- *		lease around those that write): rebuild (preheat) from PostgreSQL,
- *		close, status, reconcile, cancel, release, restock, limits.  Each
- *		settles the campaign's journal first where its figures depend on it.
+ *		lease around those that write): preheat (a rebuild from PostgreSQL,
+ *		worker/rebuild.c), close, status, reconcile, cancel, release,
+ *		restock, limits.  Each settles the campaign's journal first where its
+ *		figures depend on it.
  *
  *-------------------------------------------------------------------------
  */
@@ -22,13 +23,7 @@
 #include "utils/timestamp.h"
 #include "worker/journal.h"
 #include "worker/lease.h"
-
-/*
- * Users per SADD when staging buyers, and SADDs per pipeline: 50,000 users,
- * a few hundred milliseconds of Redis' time at most.
- */
-#define STAGE_CHUNK 1000
-#define STAGE_PIPELINE 50
+#include "worker/rebuild.h"
 
 /*
  * Orders cancelled per request by seckill_release_expired(): as many as take
@@ -38,234 +33,6 @@
 #define RELEASE_BUDGET_MS 3
 #define RELEASE_MIN_BATCH 100
 static int	release_batch = RELEASE_MIN_BATCH;
-
-/* Each shard's stock when a campaign's stock is split: as even as can be. */
-static int
-shard_stock(int stock, int shard, int nshards)
-{
-	return stock / nshards + (shard < stock % nshards ? 1 : 0);
-}
-
-static char *
-usec_arg(TimestampTz ts)
-{
-	if (TIMESTAMP_IS_NOEND(ts))
-		return "inf";
-	if (TIMESTAMP_IS_NOBEGIN(ts))
-		return "0";
-	return psprintf(INT64_FORMAT, seckill_unix_usec(ts));
-}
-
-/*
- * The traffic limits as field/value pairs of the campaign's hash in Redis,
- * where the purchase script reads them (lua/buy.lua).  Returns the count.
- */
-#define LIMIT_ARGS 10
-
-static int
-limit_args(const SeckillLimits *l, const char **argv)
-{
-	int			n = 0;
-
-	argv[n++] = "user_rate";
-	argv[n++] = psprintf("%.17g", l->user_rate);
-	argv[n++] = "user_burst";
-	argv[n++] = psprintf("%d", l->user_burst);
-	argv[n++] = "addr_rate";
-	argv[n++] = psprintf("%.17g", l->addr_rate);
-	argv[n++] = "addr_burst";
-	argv[n++] = psprintf("%d", l->addr_burst);
-	argv[n++] = "token";
-	argv[n++] = l->token_required ? "1" : "0";
-	Assert(n == LIMIT_ARGS);
-	return n;
-}
-
-/*
- * Send a staging pipeline of SADDs; false with the reply set when Redis
- * failed or refused.  Between pipelines, the lease is renewed when due.
- */
-static bool
-stage(SkPipeline *p, int64 campaign_id, SeckillReply *reply)
-{
-	SkReply    *r = sk_pipeline_exec(p);
-
-	if (r == NULL)
-	{
-		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
-		return false;
-	}
-	for (int i = 0; i < p->count; i++)
-		if (sk_reply_is_error(&r[i]))
-		{
-			seckill_reply_error(reply, SK_ERR_REDIS_REFUSED,
-								"staging the buyers of campaign " INT64_FORMAT " in Redis failed: %s",
-								campaign_id, r[i].str);
-			return false;
-		}
-	sk_lease_keep();
-	sk_pipeline_init(p);
-	return true;
-}
-
-/*
- * Load one shard: its share of the stock, its buyers (those whose home it
- * is), the sale window and the limits; a draft's journal is emptied first.
- * The buyers are staged in pipelines of STAGE_PIPELINE SADDs, each within
- * seckill.redis_timeout however many there are, then swapped in with the
- * rest by lua/load.lua.  False with the reply set when Redis failed or
- * refused.
- */
-static bool
-load_shard(const SkCampaignRow *row, int shard, int nshards, int stock, List *buyers,
-		   bool draft, SeckillReply *reply)
-{
-	SkPipeline	p;
-	SkReply    *r;
-	const char *keys[4];
-	const char *args[5 + LIMIT_ARGS];
-	const char **sadd = palloc(sizeof(char *) * (STAGE_CHUNK + 2));
-	int			nsadd = 0;
-	ListCell   *lc;
-
-	sk_campaign_keys(row->id, shard, nshards, keys);
-	keys[3] = sk_shard_key(row->id, shard, nshards, "staged-buyers");
-	sk_pipeline_init(&p);
-	if (draft)
-		sk_pipeline_add(&p, 2, (const char *[]) {"DEL", keys[2]}, NULL);
-	sk_pipeline_add(&p, 2, (const char *[]) {"DEL", keys[3]}, NULL);
-	foreach(lc, buyers)
-	{
-		if (nsadd == 0)
-		{
-			sadd[nsadd++] = "SADD";
-			sadd[nsadd++] = keys[3];
-		}
-		sadd[nsadd++] = lfirst(lc);
-		if (nsadd == STAGE_CHUNK + 2)
-		{
-			sk_pipeline_add(&p, nsadd, sadd, NULL);
-			nsadd = 0;
-			if (p.count >= STAGE_PIPELINE && !stage(&p, row->id, reply))
-				return false;
-		}
-	}
-	if (nsadd > 0)
-		sk_pipeline_add(&p, nsadd, sadd, NULL);
-	args[0] = psprintf("%d", stock);
-	args[1] = usec_arg(row->starts_at);
-	args[2] = usec_arg(row->ends_at);
-	args[3] = psprintf("%d", row->per_user_limit);
-	args[4] = "open";
-	sk_pipeline_script(&p, SK_SCRIPT_LOAD, 4, keys, 5 + limit_args(&row->limits, &args[5]), args);
-	r = sk_pipeline_exec(&p);
-	if (r == NULL)
-	{
-		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
-		return false;
-	}
-	if (sk_reply_is_error(&r[p.count - 1]))
-	{
-		seckill_reply_error(reply, SK_ERR_INVALID, "loading campaign " INT64_FORMAT " into Redis failed: %s",
-					   row->id, r[p.count - 1].str);
-		return false;
-	}
-	return true;
-}
-
-/*
- * Load the campaign from PostgreSQL into Redis (stock = total - sold, buyers
- * = users with an active order) and into the campaign cache.  The caller
- * holds the lease.
- */
-static void
-rebuild_locked(int64 id, SeckillReply *reply)
-{
-	SkCampaignRow row;
-	List	   *buyers = NIL;
-	bool		found;
-	int			stock;
-	int			nshards;
-	bool		draft;
-	List	  **home;
-	ListCell   *lc;
-
-	store_begin("seckill: load campaign");
-	found = store_campaign(id, &row);
-	if (found)
-		buyers = store_buyers(id);
-	store_commit();
-	if (!found)
-	{
-		seckill_reply_error(reply, SK_ERR_INVALID,
-					   "campaign " INT64_FORMAT " is not visible to the seckill worker; commit the transaction that created it first",
-					   id);
-		return;
-	}
-	if (strcmp(row.state, "closed") == 0)
-	{
-		seckill_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " is closed", id);
-		return;
-	}
-	/* before anything changes: a campaign on sale must be in the cache */
-	if (!seckill_campaign_has_room(id))
-	{
-		seckill_reply_error(reply, SK_ERR_INVALID,
-					   "too many preheated campaigns: seckill.max_campaigns is %d; close finished campaigns with seckill_close(), or raise seckill.max_campaigns and restart the server",
-					   seckill_max_campaigns);
-		reply->sqlerrcode = ERRCODE_PROGRAM_LIMIT_EXCEEDED;
-		return;
-	}
-
-	/*
-	 * A campaign that never sold owns nothing in Redis yet: whatever its keys
-	 * hold is left by an earlier installation of the extension, whose
-	 * campaign ids restarted.  Otherwise settle the journal first.
-	 */
-	draft = strcmp(row.state, "draft") == 0;
-	nshards = Max(row.limits.shards, 1);
-	if (!draft && !sk_journal_replay_campaign(id, NULL, NULL))
-	{
-		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
-		return;
-	}
-
-	/* each shard's buyers: those whose home it is */
-	home = palloc0(sizeof(List *) * nshards);
-	foreach(lc, buyers)
-	{
-		int			shard = sk_home_shard(lfirst(lc), nshards);
-
-		home[shard] = lappend(home[shard], lfirst(lc));
-	}
-
-	stock = row.total_stock - row.sold;
-	for (int shard = 0; shard < nshards; shard++)
-	{
-		sk_lease_keep();
-		if (!load_shard(&row, shard, nshards, shard_stock(stock, shard, nshards), home[shard],
-						draft, reply))
-			return;
-	}
-
-	if (draft)
-	{
-		store_begin("seckill: preheat campaign");
-		sk_lease_fence();
-		store_set_state(id, "preheated");
-		store_commit();
-	}
-	(void) seckill_campaign_store(id, row.goods, row.starts_at, row.ends_at,
-								  row.per_user_limit, &row.limits, row.created_at, stock <= 0);
-	for (int shard = 0; shard < nshards; shard++)
-		seckill_campaign_note_stock(id, shard, shard_stock(stock, shard, nshards));
-	ereport(LOG,
-			(errmsg("seckill worker loaded campaign " INT64_FORMAT " (\"%s\") into Redis: stock %d, %d buyers, %d shard(s)",
-					id, row.goods, stock, list_length(buyers), nshards)));
-	reply->status = SK_OK;
-	reply->values[0] = stock;
-	reply->values[1] = list_length(buyers);
-}
 
 void
 sk_admin_close(const SeckillRequest *request, SeckillReply *reply)
@@ -351,6 +118,10 @@ campaign_status(int64 id, SeckillReply *reply)
 	reply->values[3] = c != NULL && pg_atomic_read_u32(&c->sold_out) != 0;
 }
 
+/*
+ * Compare Redis with PostgreSQL, the journal settled; on drift, rebuild the
+ * campaign from PostgreSQL.  The reply waits for that rebuild (SK_PENDING).
+ */
 void
 sk_admin_reconcile(const SeckillRequest *request, SeckillReply *reply)
 {
@@ -358,7 +129,7 @@ sk_admin_reconcile(const SeckillRequest *request, SeckillReply *reply)
 	int			committed,
 				compensated;
 	SkCampaignRow row;
-	List	   *buyers = NIL;
+	int64		buyers;
 	long long	redis_stock,
 				redis_buyers;
 	int			expected;
@@ -382,29 +153,28 @@ sk_admin_reconcile(const SeckillRequest *request, SeckillReply *reply)
 		seckill_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " does not exist", id);
 		return;
 	}
-	buyers = store_buyers(id);
+	buyers = store_buyer_count(id, row.rebuy_after_cancel);
 	store_commit();
 
 	expected = row.total_stock - row.sold;
-	repaired = redis_stock != expected || redis_buyers != list_length(buyers);
-	if (repaired)
-	{
-		ereport(LOG,
-				(errmsg("seckill reconcile found drift in campaign " INT64_FORMAT ": Redis stock %lld, expected %d; Redis buyers %lld, expected %d",
-						id, redis_stock, expected, redis_buyers, list_length(buyers))));
-		rebuild_locked(id, reply);
-		if (reply->status != SK_OK)
-			return;
-	}
+	repaired = redis_stock != expected || redis_buyers != buyers;
 	memset(reply->values, 0, sizeof(reply->values));
 	reply->status = SK_OK;
 	reply->values[0] = redis_stock;
 	reply->values[1] = expected;
 	reply->values[2] = redis_buyers;
-	reply->values[3] = list_length(buyers);
+	reply->values[3] = buyers;
 	reply->values[4] = committed;
 	reply->values[5] = compensated;
 	reply->values[6] = repaired;
+	if (repaired)
+	{
+		ereport(LOG,
+				(errmsg("seckill reconcile found drift in campaign " INT64_FORMAT ": Redis stock %lld, expected %d; Redis buyers %lld, expected " INT64_FORMAT,
+						id, redis_stock, expected, redis_buyers, buyers)));
+		sk_rebuild_request(id);
+		reply->status = SK_PENDING;
+	}
 }
 
 /*
@@ -424,6 +194,9 @@ restock(const SkCancelled *c)
 	int			nsent = 0,
 				lost = 0;
 	const char *why = NULL;
+
+	if (sk_rebuild_note_cancel(c))
+		return;
 
 	/* each shard gets back the stock of the buyers whose home it is */
 	sk_pipeline_init(&p);
@@ -571,7 +344,7 @@ sk_admin_restock(const SeckillRequest *request, SeckillReply *reply)
 		sk_pipeline_init(&p);
 		for (int shard = 0; shard < nshards; shard++)
 			sk_pipeline_add(&p, 4, (const char *[]) {"HSET", sk_shard_key(id, shard, nshards, "meta"),
-							"stock", psprintf("%d", shard_stock(stock, shard, nshards))}, NULL);
+							"stock", psprintf("%d", sk_shard_stock(stock, shard, nshards))}, NULL);
 		if (sk_pipeline_exec(&p) == NULL)
 		{
 			seckill_reply_error(reply, SK_ERR_REDIS,
@@ -580,7 +353,7 @@ sk_admin_restock(const SeckillRequest *request, SeckillReply *reply)
 			return;
 		}
 		for (int shard = 0; shard < nshards; shard++)
-			seckill_campaign_note_stock(id, shard, shard_stock(stock, shard, nshards));
+			seckill_campaign_note_stock(id, shard, sk_shard_stock(stock, shard, nshards));
 	}
 	reply->status = SK_OK;
 	reply->values[0] = row.total_stock;
@@ -612,14 +385,14 @@ sk_admin_limits(const SeckillRequest *request, SeckillReply *reply)
 	{
 		SkPipeline	p;
 		SkReply    *r;
-		const char *argv[2 + LIMIT_ARGS] = {"HSET"};
+		const char *argv[2 + SK_LIMIT_ARGS] = {"HSET"};
 		int			nshards = Max(row.limits.shards, 1);
 
 		sk_pipeline_init(&p);
 		for (int shard = 0; shard < nshards; shard++)
 		{
 			argv[1] = sk_shard_key(id, shard, nshards, "meta");
-			sk_pipeline_add(&p, 2 + limit_args(&row.limits, &argv[2]), argv, NULL);
+			sk_pipeline_add(&p, 2 + sk_limit_args(&row.limits, &argv[2]), argv, NULL);
 		}
 		r = sk_pipeline_exec(&p);
 		for (int shard = 0; r != NULL && shard < nshards; shard++)
@@ -641,11 +414,12 @@ sk_admin_limits(const SeckillRequest *request, SeckillReply *reply)
 	reply->status = SK_OK;
 }
 
-/* Preheat, or rebuild after Redis lost it. */
+/* Preheat, or rebuild: the reply waits for the rebuild (SK_PENDING). */
 void
 sk_admin_preheat(const SeckillRequest *request, SeckillReply *reply)
 {
-	rebuild_locked(request->campaign_id, reply);
+	sk_rebuild_request(request->campaign_id);
+	reply->status = SK_PENDING;
 }
 
 void

@@ -16,21 +16,30 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+struct SkLease
+{
+	int64		campaign_id;
+	char	   *token;			/* unique per acquisition */
+	int64		fence;			/* its fencing token, 0 until the first write */
+	TimestampTz renewed;		/* when it last began */
+};
+
 static uint64 lock_counter = 0;
 
-/* The lease held now, if any, so that it can be released after an error. */
-static int64 held_campaign = 0;
-static char *held_token = NULL;
-static int64 held_fence = 0;	/* its fencing token */
-static TimestampTz held_renewed = 0;	/* when its lease last began */
+/*
+ * The lease the work in hand runs under, if any: renewed and fenced by the
+ * calls below, and given back after an error.  Work that spans rounds (a
+ * rebuild) detaches its lease between its steps.
+ */
+static SkLease *held = NULL;
 
 /*
- * Take the campaign's lease.  Returns the owner token, or NULL with the
- * reply set when another cluster holds the lease or Redis failed.  The
- * token is unique per acquisition, so a late release can never free another
- * owner's lease.
+ * Take the campaign's lease, which becomes the one held.  Returns it, or
+ * NULL with the reply set when another cluster holds the lease or Redis
+ * failed.  The token is unique per acquisition, so a late release can never
+ * free another owner's lease.
  */
-char *
+SkLease *
 sk_lease_take(int64 id, SeckillReply *reply)
 {
 	SkPipeline	p;
@@ -61,11 +70,13 @@ sk_lease_take(int64 id, SeckillReply *reply)
 					   id, key);
 		return NULL;
 	}
-	held_campaign = id;
-	held_token = MemoryContextStrdup(TopMemoryContext, token);
-	held_renewed = GetCurrentTimestamp();
-	held_fence = 0;				/* taken by the first write under the lease */
-	return token;
+	Assert(held == NULL);
+	held = MemoryContextAlloc(TopMemoryContext, sizeof(SkLease));
+	held->campaign_id = id;
+	held->token = MemoryContextStrdup(TopMemoryContext, token);
+	held->renewed = GetCurrentTimestamp();
+	held->fence = 0;
+	return held;
 }
 
 /*
@@ -82,13 +93,13 @@ sk_lease_keep(void)
 	const char *key;
 	const char *args[2];
 
-	if (held_token == NULL ||
-		GetCurrentTimestamp() < TimestampTzPlusMilliseconds(held_renewed, seckill_lock_lease / 3))
+	if (held == NULL ||
+		GetCurrentTimestamp() < TimestampTzPlusMilliseconds(held->renewed, seckill_lock_lease / 3))
 		return;
-	key = sk_campaign_key(held_campaign, "lock");
-	args[0] = held_token;
+	key = sk_campaign_key(held->campaign_id, "lock");
+	args[0] = held->token;
 	args[1] = psprintf("%d", seckill_lock_lease);
-	held_renewed = GetCurrentTimestamp();
+	held->renewed = GetCurrentTimestamp();
 	sk_pipeline_init(&p);
 	sk_pipeline_script(&p, SK_SCRIPT_RENEW, 1, &key, 2, args);
 	r = sk_pipeline_exec(&p);
@@ -96,7 +107,7 @@ sk_lease_keep(void)
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("seckill lost the lease of campaign " INT64_FORMAT " during its admin work",
-						held_campaign),
+						held->campaign_id),
 				 errhint("Raise seckill.lock_lease if this work takes longer; it is safe to run it again.")));
 }
 
@@ -108,31 +119,54 @@ sk_lease_keep(void)
 void
 sk_lease_fence(void)
 {
-	if (held_fence == 0)
-		held_fence = store_fence_token();
-	store_fence(psprintf("seckill:campaign:" INT64_FORMAT, held_campaign), held_fence);
+	Assert(held != NULL);
+	if (held->fence == 0)
+		held->fence = store_fence_token();
+	store_fence(psprintf("seckill:campaign:" INT64_FORMAT, held->campaign_id), held->fence);
 }
 
+/* Give the held lease back. */
 void
 sk_lease_give(void)
 {
 	SkPipeline	p;
-	const char *keys[1] = {sk_campaign_key(held_campaign, "lock")};
-	const char *token = held_token;
+	SkLease    *lease = held;
+	const char *keys[1] = {sk_campaign_key(lease->campaign_id, "lock")};
 
-	held_campaign = 0;
-	held_token = NULL;
+	held = NULL;
 	sk_pipeline_init(&p);
-	sk_pipeline_script(&p, SK_SCRIPT_UNLOCK, 1, keys, 1, &token);
+	sk_pipeline_script(&p, SK_SCRIPT_UNLOCK, 1, keys, 1, (const char **) &lease->token);
 	/* On failure the lease simply runs out. */
 	(void) sk_pipeline_exec(&p);
-	pfree((char *) token);
+	pfree(lease->token);
+	pfree(lease);
 }
 
 /* After an error in admin work: give the lease back rather than let it run out. */
 void
 sk_lease_give_if_held(void)
 {
-	if (held_token != NULL)
+	if (held != NULL)
 		sk_lease_give();
+}
+
+/*
+ * Between the steps of work that spans rounds: the held lease, kept by that
+ * work, is no longer the one held (the rounds meanwhile take their own).
+ */
+SkLease *
+sk_lease_detach(void)
+{
+	SkLease    *lease = held;
+
+	held = NULL;
+	return lease;
+}
+
+/* The next step of that work: its lease is the one held again. */
+void
+sk_lease_attach(SkLease *lease)
+{
+	Assert(held == NULL);
+	held = lease;
 }

@@ -10,10 +10,14 @@
 
 #include "shared/call.h"
 
-extern char *sk_lease_take(int64 campaign_id, SeckillReply *reply);
+typedef struct SkLease SkLease;
+
+extern SkLease *sk_lease_take(int64 campaign_id, SeckillReply *reply);
 extern void sk_lease_keep(void);
 extern void sk_lease_fence(void);
 extern void sk_lease_give(void);
 extern void sk_lease_give_if_held(void);
+extern SkLease *sk_lease_detach(void);
+extern void sk_lease_attach(SkLease *lease);
 
 #endif							/* SECKILL_LEASE_H */

@@ -56,6 +56,9 @@ void
 sk_purchase_from_database(RoundItem **items, int n)
 {
 	SkOrder    *orders = palloc0(sizeof(SkOrder) * n);
+	SkOrder    *sell = palloc(sizeof(SkOrder) * n);
+	int		   *sell_from = palloc(sizeof(int) * n);
+	int			nsell = 0;
 	int64	   *ids = palloc(sizeof(int64) * n);
 	bool		entering = !seckill_shared->sales_from_database;
 
@@ -72,7 +75,22 @@ sk_purchase_from_database(RoundItem **items, int n)
 	/* durable before the first order Redis does not know of */
 	if (entering)
 		store_set_database_mode(true);
-	store_commit_orders(orders, n, false);
+	/* what Redis' buyers would refuse, the rest to the group commit (in id order) */
+	if (store_refuse_rebuyers(orders, n) == 0)
+		store_commit_orders(orders, n, false);
+	else
+	{
+		for (int i = 0; i < n; i++)
+			if (orders[i].outcome != SK_DUPLICATE)
+			{
+				sell_from[nsell] = i;
+				sell[nsell++] = orders[i];
+			}
+		if (nsell > 0)
+			store_commit_orders(sell, nsell, false);
+		for (int i = 0; i < nsell; i++)
+			orders[sell_from[i]] = sell[i];
+	}
 	store_commit();
 	if (entering)
 	{

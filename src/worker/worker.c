@@ -41,6 +41,7 @@
 #include "worker/lease.h"
 #include "worker/lock_keeper.h"
 #include "worker/purchase.h"
+#include "worker/rebuild.h"
 
 PGDLLEXPORT void seckill_worker_main(Datum main_arg);
 
@@ -59,37 +60,51 @@ worker_exit(int code, Datum arg)
 }
 
 /*
- * Redis is back after sales from PostgreSQL alone: rebuild every preheated
- * campaign from PostgreSQL before Redis takes over.  False when that failed.
+ * Redis is back after sales from PostgreSQL alone: every preheated campaign
+ * is rebuilt from PostgreSQL, in steps between rounds, before Redis sells
+ * it again; its purchases are answered busy meanwhile.  True while Redis may
+ * sell the campaigns not being rebuilt: all rebuilds so far succeeded.
+ * After a failure, sales go on from PostgreSQL alone, and all campaigns are
+ * rebuilt again a second later.
  */
+static bool leaving_database_mode = false;
+static uint64 failures_before_leaving;
+static TimestampTz leave_retry_at = 0;
+
 static bool
 leave_database_mode(void)
 {
-	List	   *rows = store_preheated_campaigns();
+	List	   *rows;
 	ListCell   *lc;
 
-	foreach(lc, rows)
+	if (!leaving_database_mode)
 	{
-		SkCampaignRow *row = lfirst(lc);
-		SeckillRequest preheat = {.kind = SK_REQ_PREHEAT, .campaign_id = row->id};
-		SeckillReply reply = {0};
-
-		serve_admin(&preheat, &reply);
-		if (reply.status != SK_OK)
-		{
-			ereport(LOG,
-					(errmsg("seckill worker could not rebuild campaign " INT64_FORMAT " in Redis: %s",
-							row->id, reply.message)));
+		if (GetCurrentTimestamp() < leave_retry_at)
 			return false;
-		}
+		rows = store_preheated_campaigns();
+		foreach(lc, rows)
+			sk_rebuild_request(((SkCampaignRow *) lfirst(lc))->id);
+		failures_before_leaving = sk_rebuild_failures();
+		leaving_database_mode = true;
+		ereport(LOG,
+				(errmsg("seckill worker rebuilds %d campaign(s) from PostgreSQL before Redis sells again",
+						list_length(rows))));
 	}
+	if (sk_rebuild_failures() != failures_before_leaving)
+	{
+		/* logged by the rebuild */
+		leaving_database_mode = false;
+		leave_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
+		return false;
+	}
+	if (sk_rebuild_pending())
+		return true;
+	leaving_database_mode = false;
 	store_begin("seckill: leave database mode");
 	store_set_database_mode(false);
 	store_commit();
 	seckill_shared->sales_from_database = false;
-	ereport(LOG,
-			(errmsg("seckill worker rebuilt %d campaign(s) from PostgreSQL: sales go through Redis again",
-					list_length(rows))));
+	ereport(LOG, (errmsg("seckill worker rebuilt Redis from PostgreSQL: sales go through Redis again")));
 	return true;
 }
 
@@ -117,11 +132,13 @@ answer_barrier(const SeckillRequest *request, SeckillReply *reply)
 
 /*
  * Every request kind but purchases, which a round serves together.  Long
- * work is sliced by its callers, a request per slice (the release of
- * expired orders), so that purchases are served between slices.
+ * work is sliced, so that purchases are served between slices: by its
+ * callers, a request per slice (the release of expired orders), or by the
+ * worker (the rebuild of a campaign, in worker/rebuild.c).
  */
 static const RequestKind request_kinds[] = {
-	[SK_REQ_PREHEAT] = {sk_admin_preheat, MAIN_REDIS, true},
+	/* the rebuild takes the lease itself, for all its steps */
+	[SK_REQ_PREHEAT] = {sk_admin_preheat, MAIN_REDIS, false},
 	[SK_REQ_CLOSE] = {sk_admin_close, MAIN_REDIS, true},
 	[SK_REQ_STATUS] = {sk_admin_status, MAIN_REDIS, false},
 	[SK_REQ_RECONCILE] = {sk_admin_reconcile, MAIN_REDIS, true},
@@ -133,6 +150,28 @@ static const RequestKind request_kinds[] = {
 	[SK_REQ_UNLOCK] = {sk_lock_release, LOCK_REDIS, false},
 	[SK_REQ_BARRIER] = {answer_barrier, NO_REDIS, false},
 };
+
+/*
+ * After an ERROR in work done for a request: the reply says why, and the
+ * worker carries on.
+ */
+static void
+reply_with_error(MemoryContext cxt, SeckillReply *reply)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	store_abort();
+	MemoryContextSwitchTo(cxt);
+	/* a connection left mid-request cannot give the lease back */
+	sk_redis_abandon();
+	sk_redlock_abandon();
+	sk_lease_give_if_held();
+	seckill_reply_error(reply, SK_ERR_INVALID, "%s", edata->message);
+	reply->sqlerrcode = edata->sqlerrcode;
+}
 
 /*
  * Serve one request that is not a purchase.  Its errors (SPI, constraints,
@@ -163,20 +202,61 @@ serve_admin(const SeckillRequest *request, SeckillReply *reply)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		store_abort();
-		MemoryContextSwitchTo(cxt);
-		/* a connection left mid-request cannot give the lease back */
-		sk_redis_abandon();
-		sk_lease_give_if_held();
-		seckill_reply_error(reply, SK_ERR_INVALID, "%s", edata->message);
-		reply->sqlerrcode = edata->sqlerrcode;
+		reply_with_error(cxt, reply);
 	}
 	PG_END_TRY();
+}
+
+/*
+ * Serve a request that is not a purchase and answer it, unless it waits for
+ * the rebuild of its campaign.
+ */
+static void
+serve_item(RoundItem *item)
+{
+	if (sk_rebuild_defer(item))
+		return;
+	serve_admin(&item->request, &item->reply);
+	if (item->reply.status == SK_PENDING)
+		sk_rebuild_wait(item);
+	else if (!sk_answer(item) && item->request.kind == SK_REQ_LOCK && item->reply.status == SK_OK)
+		seckill_lock_hand_back(item->request.lock.owner);
+}
+
+/*
+ * While purchases keep coming, rebuilds take at most a third of the worker's
+ * time: after a step, two steps' time goes to rounds before the next.
+ */
+static TimestampTz next_step_at = 0;
+
+/*
+ * A step of the rebuild under way; then the requests that waited for it, if
+ * it ended, are served.
+ */
+static void
+step_rebuilds(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	List	   *served = NIL;
+	ListCell   *lc;
+	TimestampTz begun = GetCurrentTimestamp();
+
+	PG_TRY();
+	{
+		served = sk_rebuild_step();
+	}
+	PG_CATCH();
+	{
+		SeckillReply reply = {0};
+
+		reply_with_error(cxt, &reply);
+		served = sk_rebuild_failed(&reply);
+	}
+	PG_END_TRY();
+	foreach(lc, served)
+		serve_item(lfirst(lc));
+	list_free_deep(served);
+	next_step_at = GetCurrentTimestamp() + 2 * (GetCurrentTimestamp() - begun);
 }
 
 /* A round's requests: allocated once, so that nothing can fail between drain and take. */
@@ -190,86 +270,46 @@ static uint32 cache_generation = 0;
 static bool cache_loaded = false;
 
 /*
- * Campaigns whose rebuild failed lately, and when: their purchases are
- * answered busy meanwhile, and a rebuild that keeps failing is tried again
- * every REBUILD_RETRY_MS, not at every round.
- */
-#define REBUILD_RETRY_MS 5000
-#define MAX_FAILED_REBUILDS 16
-
-static struct
-{
-	int64		campaign_id;
-	TimestampTz at;
-}			failed_rebuilds[MAX_FAILED_REBUILDS];
-
-/* Redis lost this campaign: rebuild it from PostgreSQL, unless that failed lately. */
-static void
-rebuild_lost_campaign(int64 campaign_id)
-{
-	SeckillRequest preheat = {.kind = SK_REQ_PREHEAT, .campaign_id = campaign_id};
-	SeckillReply reply = {0};
-	TimestampTz now = GetCurrentTimestamp();
-	int			slot = 0;
-
-	for (int i = 0; i < MAX_FAILED_REBUILDS; i++)
-	{
-		if (failed_rebuilds[i].campaign_id == campaign_id)
-		{
-			if (now < TimestampTzPlusMilliseconds(failed_rebuilds[i].at, REBUILD_RETRY_MS))
-				return;
-			slot = i;
-			break;
-		}
-		if (failed_rebuilds[i].at < failed_rebuilds[slot].at)
-			slot = i;
-	}
-	serve_admin(&preheat, &reply);
-	if (reply.status == SK_OK)
-	{
-		if (failed_rebuilds[slot].campaign_id == campaign_id)
-			failed_rebuilds[slot].campaign_id = 0;
-		return;
-	}
-	ereport(LOG,
-			(errmsg("seckill worker could not rebuild campaign " INT64_FORMAT " in Redis: %s",
-					campaign_id, reply.message),
-			 errhint("Its purchases are answered busy; the rebuild is tried again in %d s.",
-					 REBUILD_RETRY_MS / 1000)));
-	failed_rebuilds[slot].campaign_id = campaign_id;
-	failed_rebuilds[slot].at = now;
-}
-
-/*
  * The round's purchases: through Redis once it is connected, its journals
  * replayed and, after sales from PostgreSQL alone, rebuilt; else from
  * PostgreSQL alone or with an error, as seckill.redis_unavailable says.
- * Campaigns Redis lost are rebuilt after the round.
+ * Those of campaigns being rebuilt are answered busy; campaigns Redis lost
+ * are rebuilt after the round.
  */
 static void
 serve_purchases(RoundItem **buys, int n)
 {
 	int64	   *rebuild = palloc(sizeof(int64) * n);
 	int			nrebuild = 0;
+	int			nserved = 0;
+	bool		through_redis;
 
-	if (!sk_journal_ready() || (seckill_shared->sales_from_database && !leave_database_mode()))
+	/* first, as it may queue rebuilds */
+	through_redis = sk_journal_ready() &&
+		(!seckill_shared->sales_from_database || leave_database_mode());
+	for (int i = 0; i < n; i++)
 	{
-		if (seckill_redis_unavailable == SK_UNAVAILABLE_DATABASE)
-			sk_purchase_from_database(buys, n);
+		if (!sk_rebuild_busy(buys[i]->request.campaign_id))
+			buys[nserved++] = buys[i];
 		else
-			sk_fail_all(buys, n, SK_ERR_REDIS, sk_redis_error());
+		{
+			buys[i]->reply.status = SK_BUSY;
+			sk_answer(buys[i]);
+		}
+	}
+	if (nserved == 0)
+		return;
+	if (!through_redis)
+	{
+		if (seckill_redis_unavailable == SK_UNAVAILABLE_DATABASE || seckill_shared->sales_from_database)
+			sk_purchase_from_database(buys, nserved);
+		else
+			sk_fail_all(buys, nserved, SK_ERR_REDIS, sk_redis_error());
 		return;
 	}
-	sk_purchase_round(buys, n, rebuild, &nrebuild);
+	sk_purchase_round(buys, nserved, rebuild, &nrebuild);
 	for (int i = 0; i < nrebuild; i++)
-	{
-		bool		seen = false;
-
-		for (int j = 0; j < i; j++)
-			seen |= rebuild[j] == rebuild[i];
-		if (!seen)
-			rebuild_lost_campaign(rebuild[i]);
-	}
+		sk_rebuild_lost(rebuild[i]);
 }
 
 /*
@@ -336,14 +376,8 @@ serve_round(const int *slots, int n)
 	if (nitems > nbuys && sk_redis_connected())
 		sk_journal_flush_settles();
 	for (int i = 0; i < nitems; i++)
-	{
-		if (items[i].request.kind == SK_REQ_BUY)
-			continue;
-		serve_admin(&items[i].request, &items[i].reply);
-		if (!sk_answer(&items[i]) && items[i].request.kind == SK_REQ_LOCK &&
-			items[i].reply.status == SK_OK)
-			seckill_lock_hand_back(items[i].request.lock.owner);
-	}
+		if (items[i].request.kind != SK_REQ_BUY)
+			serve_item(&items[i]);
 }
 
 /* Fill the campaign cache from PostgreSQL: what backends may answer alone. */
@@ -437,9 +471,6 @@ wait_before_connecting(void)
 					seckill_database, failures + 1)));
 }
 
-/* After a failed rebuild on leaving database mode: when to try again. */
-static TimestampTz leave_retry_at = 0;
-
 /* Errors in a row: each waits longer before the next round, up to a second. */
 static int	errors_in_row = 0;
 
@@ -499,6 +530,8 @@ recover_from_error(void)
 	pgstat_report_wait_end();
 
 	sk_redis_abandon();
+	sk_redlock_abandon();
+	sk_rebuild_abort();
 	sk_lease_give_if_held();
 	sk_journal_lost();
 	snprintf(message, sizeof(message), "the seckill worker failed while serving this request: %s",
@@ -577,9 +610,8 @@ seckill_worker_main(Datum main_arg)
 		if (sk_journal_needs_replay())
 			(void) sk_journal_ready();
 		/* Redis is back after sales from PostgreSQL alone: rebuild it before it sells */
-		if (seckill_shared->sales_from_database && GetCurrentTimestamp() >= leave_retry_at &&
-			sk_journal_ready() && !leave_database_mode())
-			leave_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
+		if (seckill_shared->sales_from_database && sk_journal_ready())
+			(void) leave_database_mode();
 
 		/* the locks' watchdog, also while rounds keep the worker busy */
 		if (GetCurrentTimestamp() >= keeper_due ||
@@ -594,6 +626,13 @@ seckill_worker_main(Datum main_arg)
 		{
 			serve_round(slots, n);
 			errors_in_row = 0;
+			if (sk_rebuild_pending() && GetCurrentTimestamp() >= next_step_at)
+				step_rebuilds();
+			continue;
+		}
+		if (sk_rebuild_pending())
+		{
+			step_rebuilds();
 			continue;
 		}
 		/*

@@ -1,0 +1,32 @@
+/*-------------------------------------------------------------------------
+ *
+ * rebuild.h
+ *		Loading campaigns from PostgreSQL into Redis, in steps between the
+ *		worker's rounds.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SECKILL_REBUILD_H
+#define SECKILL_REBUILD_H
+
+#include "store/store.h"
+#include "worker/round.h"
+
+extern void sk_rebuild_request(int64 campaign_id);
+extern void sk_rebuild_lost(int64 campaign_id);
+extern bool sk_rebuild_pending(void);
+extern bool sk_rebuild_busy(int64 campaign_id);
+extern uint64 sk_rebuild_failures(void);
+extern void sk_rebuild_wait(const RoundItem *item);
+extern bool sk_rebuild_defer(const RoundItem *item);
+extern List *sk_rebuild_step(void);
+extern List *sk_rebuild_failed(const SeckillReply *why);
+extern void sk_rebuild_abort(void);
+extern bool sk_rebuild_note_cancel(const SkCancelled *cancelled);
+
+/* The campaign's layout in Redis, which its other admin work shares. */
+#define SK_LIMIT_ARGS 10
+extern int	sk_limit_args(const SeckillLimits *limits, const char **argv);
+extern int	sk_shard_stock(int stock, int shard, int nshards);
+
+#endif							/* SECKILL_REBUILD_H */

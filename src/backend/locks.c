@@ -238,11 +238,11 @@ lock_common(FunctionCallInfo fcinfo, bool xact)
 		 * The worker sets our latch when it releases this lock; a release by
 		 * another cluster sharing the Redis is seen at the next ask.
 		 */
-		seckill_slots[MyBackendId - 1].lock_wait = seckill_lock_wait_hash(name);
+		seckill_slots[seckill_home_slot()].lock_wait = seckill_lock_wait_hash(name);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Min(left, backoff / 2 + (long) pg_prng_uint64_range(&pg_global_prng_state, 0, backoff / 2)),
 						 PG_WAIT_EXTENSION);
-		seckill_slots[MyBackendId - 1].lock_wait = 0;
+		seckill_slots[seckill_home_slot()].lock_wait = 0;
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		backoff = Min(backoff * 2, 100);

@@ -9,6 +9,7 @@
  */
 #include "shared/call.h"
 
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "shared/shmem.h"
@@ -22,12 +23,30 @@ SeckillCalls *seckill_calls = NULL;
 static bool exit_callback_registered = false;
 static uint32 checked_generation = PG_UINT32_MAX;	/* see seckill_check_database */
 
+/*
+ * Two slots per backend: a request is made in whichever is free, so that a
+ * call is not made to wait for an earlier one given up on, still with the
+ * worker (this session's, or, behind a pooler, another client's).
+ */
+int
+seckill_slot_count(void)
+{
+	return MaxBackends * SK_SLOTS_PER_BACKEND;
+}
+
+/* The backend's first slot, where it waits for SQL locks. */
+int
+seckill_home_slot(void)
+{
+	return (MyBackendId - 1) * SK_SLOTS_PER_BACKEND;
+}
+
 static Size
 calls_size(void)
 {
 	return add_size(MAXALIGN(add_size(offsetof(SeckillCalls, slots),
-									  mul_size(MaxBackends, sizeof(SeckillSlot)))),
-					mul_size(MaxBackends, sizeof(int)));
+									  mul_size(seckill_slot_count(), sizeof(SeckillSlot)))),
+					mul_size(seckill_slot_count(), sizeof(int)));
 }
 
 static void
@@ -39,8 +58,9 @@ calls_init(void *base, bool found, LWLockPadded *lwlocks)
 	memset(seckill_calls, 0, calls_size());
 	seckill_calls->lock = &lwlocks[0].lock;
 	seckill_calls->queue = (int *) ((char *) base +
-									MAXALIGN(offsetof(SeckillCalls, slots) + MaxBackends * sizeof(SeckillSlot)));
-	for (int i = 0; i < MaxBackends; i++)
+									MAXALIGN(offsetof(SeckillCalls, slots) +
+											 seckill_slot_count() * sizeof(SeckillSlot)));
+	for (int i = 0; i < seckill_slot_count(); i++)
 	{
 		SpinLockInit(&seckill_slots[i].mutex);
 		seckill_slots[i].state = SLOT_FREE;
@@ -73,11 +93,16 @@ seckill_reply_error(SeckillReply *reply, SeckillStatus status, const char *fmt,.
 static void
 slot_abandon(SeckillSlot *slot, uint64 seq)
 {
+	TimestampTz now = GetCurrentTimestamp();
+
 	SpinLockAcquire(&slot->mutex);
 	if (slot->seq == seq)
 	{
 		if (slot->state == SLOT_PENDING || slot->state == SLOT_TAKEN)
+		{
 			slot->state = SLOT_ABANDONED;
+			slot->abandoned_at = now;
+		}
 		else if (slot->state == SLOT_DONE)
 			slot->state = SLOT_FREE;
 	}
@@ -87,13 +112,16 @@ slot_abandon(SeckillSlot *slot, uint64 seq)
 static void
 backend_exit(int code, Datum arg)
 {
-	SeckillSlot *slot = &seckill_slots[MyBackendId - 1];
-	uint64		seq;
+	for (int i = 0; i < SK_SLOTS_PER_BACKEND; i++)
+	{
+		SeckillSlot *slot = &seckill_slots[seckill_home_slot() + i];
+		uint64		seq;
 
-	SpinLockAcquire(&slot->mutex);
-	seq = slot->seq;
-	SpinLockRelease(&slot->mutex);
-	slot_abandon(slot, seq);
+		SpinLockAcquire(&slot->mutex);
+		seq = slot->seq;
+		SpinLockRelease(&slot->mutex);
+		slot_abandon(slot, seq);
+	}
 }
 
 /*
@@ -183,6 +211,79 @@ request_timed_out(const SeckillRequest *request)
 }
 
 /*
+ * Both slots of this backend held by earlier requests given up on, until the
+ * caller's timeout: say whose and since when.
+ */
+static void
+slots_held(void)
+{
+	StringInfoData held;
+
+	initStringInfo(&held);
+	for (int i = 0; i < SK_SLOTS_PER_BACKEND; i++)
+	{
+		SeckillSlot *s = &seckill_slots[seckill_home_slot() + i];
+		int			pid;
+		TimestampTz at;
+		SeckillRequestKind kind;
+
+		SpinLockAcquire(&s->mutex);
+		pid = s->caller_pid;
+		at = s->abandoned_at;
+		kind = s->request.kind;
+		SpinLockRelease(&s->mutex);
+		appendStringInfo(&held, "%s%s request of %s, given up on %ld ms ago",
+						 i > 0 ? "; " : "", seckill_request_kind_name(kind),
+						 pid == MyProcPid ? "this session" : psprintf("an earlier session of this backend slot (pid %d)", pid),
+						 (long) TimestampDifferenceMilliseconds(at, GetCurrentTimestamp()));
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_QUERY_CANCELED),
+			 errmsg("seckill request timed out after %d ms before it was made", seckill_request_timeout),
+			 errdetail("The worker was still serving earlier requests given up on: %s.", held.data),
+			 errhint("Call again. Behind a pooler in transaction mode, an earlier request may be another client's; the fate of a purchase is told by seckill_order().")));
+}
+
+/*
+ * Make the request in a free slot of this backend, waiting for one while
+ * earlier requests given up on hold them all.  Returns the slot's index.
+ */
+static int
+claim_slot(const SeckillRequest *request, TimestampTz deadline, uint64 *seq)
+{
+	for (;;)
+	{
+		for (int i = 0; i < SK_SLOTS_PER_BACKEND; i++)
+		{
+			int			index = seckill_home_slot() + i;
+			SeckillSlot *s = &seckill_slots[index];
+			bool		claimed = false;
+
+			SpinLockAcquire(&s->mutex);
+			if (s->state == SLOT_FREE || s->state == SLOT_DONE)
+			{
+				s->state = SLOT_PENDING;
+				s->queued = true;
+				*seq = ++s->seq;
+				s->latch = MyLatch;
+				s->caller_pid = MyProcPid;
+				s->request = *request;
+				claimed = true;
+			}
+			SpinLockRelease(&s->mutex);
+			if (claimed)
+				return index;
+		}
+		if (ms_until(deadline) == 0)
+			slots_held();
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(ms_until(deadline), 10), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
  * Hand a request to the worker and wait for its reply, at most
  * seckill.request_timeout.  Cancel-safe: on any error the slot is abandoned
  * and the worker finishes or drops the request on its own.  A request made
@@ -192,6 +293,7 @@ SeckillReply
 seckill_call(const SeckillRequest *request)
 {
 	SeckillSlot *slot;
+	int			index;
 	TimestampTz deadline;
 	uint64		seq;
 	SeckillReply reply;
@@ -201,42 +303,12 @@ seckill_call(const SeckillRequest *request)
 	if (!OidIsValid(seckill_shared->database_id))
 		worker_not_running();	/* it never started: nothing to wait for */
 	seckill_backend_prepare();
-	slot = &seckill_slots[MyBackendId - 1];
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_request_timeout);
-
-	/* An earlier request we gave up on may still hold the slot: wait for it. */
-	for (;;)
-	{
-		bool		claimed = false;
-
-		SpinLockAcquire(&slot->mutex);
-		if (slot->state == SLOT_FREE || slot->state == SLOT_DONE)
-		{
-			slot->state = SLOT_PENDING;
-			slot->queued = true;
-			seq = ++slot->seq;
-			slot->latch = MyLatch;
-			slot->request = *request;
-			claimed = true;
-		}
-		SpinLockRelease(&slot->mutex);
-		if (claimed)
-			break;
-		if (ms_until(deadline) == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_QUERY_CANCELED),
-					 errmsg("seckill request timed out after %d ms", seckill_request_timeout),
-					 errdetail("An earlier request of this session, given up on, was still being served; this one was not made."),
-					 errhint("Call again; call seckill_order() to learn the fate of the earlier purchase.")));
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Min(ms_until(deadline), 10), PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
+	index = claim_slot(request, deadline, &seq);
+	slot = &seckill_slots[index];
 
 	LWLockAcquire(seckill_calls->lock, LW_EXCLUSIVE);
-	seckill_calls->queue[(seckill_calls->head + seckill_calls->len) % MaxBackends] =
-		MyBackendId - 1;
+	seckill_calls->queue[(seckill_calls->head + seckill_calls->len) % seckill_slot_count()] = index;
 	seckill_calls->len++;
 	LWLockRelease(seckill_calls->lock);
 
@@ -290,8 +362,8 @@ seckill_queue_drain(int *slots, int max)
 	LWLockAcquire(seckill_calls->lock, LW_EXCLUSIVE);
 	n = Min((int) seckill_calls->len, max);
 	for (int i = 0; i < n; i++)
-		slots[i] = seckill_calls->queue[(seckill_calls->head + i) % MaxBackends];
-	seckill_calls->head = (seckill_calls->head + n) % MaxBackends;
+		slots[i] = seckill_calls->queue[(seckill_calls->head + i) % seckill_slot_count()];
+	seckill_calls->head = (seckill_calls->head + n) % seckill_slot_count();
 	seckill_calls->len -= n;
 	LWLockRelease(seckill_calls->lock);
 	return n;
@@ -391,7 +463,7 @@ seckill_slot_given_up(int index, uint64 seq)
 void
 seckill_fail_taken_slots(const char *why, int sqlerrcode)
 {
-	for (int i = 0; i < MaxBackends; i++)
+	for (int i = 0; i < seckill_slot_count(); i++)
 	{
 		SeckillSlot *slot = &seckill_slots[i];
 		Latch	   *latch = NULL;

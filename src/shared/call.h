@@ -4,7 +4,9 @@
  *		The call transport between backends and the worker: a request slot
  *		per backend in shared memory, and the queue of pending slots.
  *
- * Each backend owns one slot (indexed by its BackendId).  A request moves
+ * Each backend owns SK_SLOTS_PER_BACKEND slots (from its BackendId), and
+ * makes a request in whichever is free: a request given up on, still with
+ * the worker, delays nobody's next one.  A request moves
  * FREE -> PENDING (queued) -> TAKEN (in a worker round) -> DONE (reply
  * written, caller's latch set) -> FREE (caller read it).  A caller that gives
  * up (timeout, cancel, exit) marks the slot ABANDONED; the worker then drops
@@ -91,9 +93,13 @@ typedef struct SeckillSlot
 	uint64		seq;			/* bumped by every new request */
 	Latch	   *latch;			/* the caller's, set when DONE */
 	uint32		lock_wait;		/* hash of the lock its caller waits for, or 0 */
+	int			caller_pid;		/* of the backend that made the request */
+	TimestampTz abandoned_at;	/* when its caller gave up on it */
 	SeckillRequest request;
 	SeckillReply reply;
 } SeckillSlot;
+
+#define SK_SLOTS_PER_BACKEND 2
 
 /* The queue of pending slots, and the slots. */
 typedef struct SeckillCalls
@@ -101,14 +107,17 @@ typedef struct SeckillCalls
 	LWLock	   *lock;			/* guards the queue */
 	uint32		head;			/* next entry to take */
 	uint32		len;			/* entries queued */
-	int		   *queue;			/* MaxBackends entries */
-	SeckillSlot slots[FLEXIBLE_ARRAY_MEMBER];	/* one per backend */
+	int		   *queue;			/* seckill_slot_count() entries */
+	SeckillSlot slots[FLEXIBLE_ARRAY_MEMBER];	/* SK_SLOTS_PER_BACKEND per backend */
 } SeckillCalls;
 
 extern SeckillCalls *seckill_calls;
 #define seckill_slots (seckill_calls->slots)
 
 extern void seckill_call_register(void);
+extern int	seckill_slot_count(void);
+extern int	seckill_home_slot(void);
+extern const char *seckill_request_kind_name(SeckillRequestKind kind);
 
 /* backends */
 extern void seckill_check_database(void);

@@ -40,7 +40,7 @@ void
 sk_journal_init(void)
 {
 	/* up to two journal entries per purchase: home shard, and the one lending stock */
-	max_settled = 2 * MaxBackends;
+	max_settled = 2 * seckill_slot_count();
 	settled = MemoryContextAlloc(TopMemoryContext, sizeof(SkOrder) * max_settled);
 }
 

@@ -43,7 +43,7 @@ wake_waiters(const char *name)
 {
 	uint32		h = seckill_lock_wait_hash(name);
 
-	for (int i = 0; i < MaxBackends; i++)
+	for (int i = 0; i < seckill_slot_count(); i++)
 		if (seckill_slots[i].lock_wait == h && seckill_slots[i].latch != NULL)
 			SetLatch(seckill_slots[i].latch);
 }

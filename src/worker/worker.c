@@ -566,10 +566,10 @@ seckill_worker_main(Datum main_arg)
 	pin_environment();
 
 	round_cxt = AllocSetContextCreate(TopMemoryContext, "seckill round", ALLOCSET_DEFAULT_SIZES);
-	slots = MemoryContextAlloc(TopMemoryContext, sizeof(int) * MaxBackends);
+	slots = MemoryContextAlloc(TopMemoryContext, sizeof(int) * seckill_slot_count());
 	sk_journal_init();
-	items = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem) * MaxBackends);
-	buys = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem *) * MaxBackends);
+	items = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem) * seckill_slot_count());
+	buys = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem *) * seckill_slot_count());
 
 	seckill_fail_taken_slots("the seckill worker restarted while it held this request", 0);
 	before_shmem_exit(worker_exit, 0);
@@ -621,7 +621,7 @@ seckill_worker_main(Datum main_arg)
 			keeper_due = due < 0 ? DT_NOEND : TimestampTzPlusMilliseconds(GetCurrentTimestamp(), due);
 		}
 
-		n = seckill_queue_drain(slots, Min(seckill_batch_size, MaxBackends));
+		n = seckill_queue_drain(slots, Min(seckill_batch_size, seckill_slot_count()));
 		if (n > 0)
 		{
 			serve_round(slots, n);

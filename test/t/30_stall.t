@@ -65,6 +65,27 @@ ok "[[ \"\$out\" == *'canceling statement due to statement timeout'* ]]" \
 ok "[[ \"\$out\" == *\$'\nok\n'* ]]" "the same session buys after its cancelled call"
 ok "[[ \"\$out\" == *none || \"\$out\" == *reserved ]]" "the cancelled purchase's fate is known: ${out##*$'\n'}"
 
+# 3b. Requests given up on hold the session's two request slots while the
+#     worker still serves the first: a third call fails within its own
+#     timeout and says whose requests held them; once Redis is back the
+#     session buys again.
+kill -STOP "$redis_pid"
+out=$(psql -XAtq 2>&1 <<SQL
+SET statement_timeout = 300;
+SELECT status FROM seckill_buy('held-1', '$goods');
+SELECT status FROM seckill_buy('held-2', '$goods');
+RESET statement_timeout;
+SET seckill.request_timeout = '300ms';
+SELECT status FROM seckill_buy('held-3', '$goods');
+\! kill -CONT $redis_pid
+RESET seckill.request_timeout;
+SELECT status FROM seckill_buy('held-4', '$goods');
+SQL
+)
+ok "[[ \"\$out\" == *'timed out after 300 ms before it was made'*'purchase request of this session, given up on'*'purchase request of this session, given up on'* ]]" \
+	"a third call while two given up on are served fails in its own time, saying why"
+ok "[[ \"\$out\" == *\$'\nok' ]]" "once Redis is back the session buys again"
+
 # 4. A caller terminated while it waits: the worker carries on.
 kill -STOP "$redis_pid"
 psql -XAtq -c "SELECT * FROM seckill_buy('terminated-1', '$goods')" >/dev/null 2>&1 &

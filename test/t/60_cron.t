@@ -6,6 +6,8 @@
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
+# shellcheck source=test/t/sale.sh
+. "$(dirname "$0")/sale.sh"
 
 goods=cron-$(date +%s)-$$
 psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
@@ -43,4 +45,23 @@ is "$(psql_val "SELECT sold || '/' || pg_stock || '/' || redis_stock || '/' || r
 	"1/4/4/1" "their stock is back in both stores and the phantom items are gone"
 is "$(psql_val "SELECT status FROM seckill_buy('b', '$goods')")" ok "a released buyer may buy again"
 psql_val "SELECT seckill_close('$goods')" >/dev/null
+
+# One campaign that cannot be released (another cluster holds its lease)
+# does not stop the release of the others.
+stuck="stuck-$goods" free="free-$goods"
+expired_campaign "$stuck" 1000 >/dev/null
+expired_campaign "$free" 1000 >/dev/null
+stuck_id=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$stuck'")
+lock_key="$(psql_val "SHOW seckill.redis_prefix"):{c:$stuck_id}:lock"
+seckill_redis_cli SET "$lock_key" "another-cluster:1:1" PX 60000 >/dev/null
+out=$(psql -XAtq -c "SELECT campaign_goods || '=' || coalesce(released::text, 'failed')
+	FROM seckill_release_expired() WHERE campaign_goods IN ('$stuck', '$free') ORDER BY 1" 2>&1)
+ok "[[ \"\$out\" == *'WARNING:'*'$stuck'*'locked by another PostgreSQL cluster'* ]]" \
+	"the campaign whose lease another cluster holds fails with a warning that says why"
+ok "[[ \"\$out\" == *\"$free=1000\"* && \"\$out\" == *\"$stuck=failed\"* ]]" \
+	"its row says so, and the other campaign is released"
+seckill_redis_cli DEL "$lock_key" >/dev/null
+is "$(psql_val "SELECT released FROM seckill_release_expired() WHERE campaign_goods = '$stuck'")" 1000 \
+	"once the lease is free, the next run releases it"
+for g in "$stuck" "$free"; do psql_val "SELECT seckill_close('$g')" >/dev/null; done
 done_testing

@@ -320,8 +320,12 @@ start(Rebuild *r, SeckillReply *reply)
 		seckill_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " is closed", r->campaign_id);
 		return false;
 	}
-	/* before anything changes: a campaign on sale must be in the cache */
-	if (!seckill_campaign_has_room(r->campaign_id))
+	/*
+	 * Before a campaign goes on sale, it must have room in the cache; one on
+	 * sale already that has none is rebuilt all the same (it sells without
+	 * the cache's shortcuts).
+	 */
+	if (strcmp(row.state, "draft") == 0 && !seckill_campaign_has_room(r->campaign_id))
 	{
 		seckill_reply_error(reply, SK_ERR_INVALID,
 							"too many preheated campaigns: seckill.max_campaigns is %d; close finished campaigns with seckill_close(), or raise seckill.max_campaigns and restart the server",

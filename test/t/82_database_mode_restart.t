@@ -32,9 +32,19 @@ buy() {
 buy 20
 ok "[ $? -eq 0 ]" "20 sold through Redis"
 
+multi="multi-$SALE_GOODS"
+psql_val "SELECT seckill_campaign_create('$multi', 3, per_user_limit => 3)" >/dev/null
+is "$(psql_val "SELECT seckill_preheat('$multi')")" 3 "a campaign of 3 items, up to 3 a buyer"
 kill -STOP "$redis_pid"
 buy 10
 is "$?/$(path)" 0/database "Redis frozen: 10 more sold from PostgreSQL alone"
+answers=
+for call in "m1 2" "m2 2" "m3 1" "m4 1"; do
+	set -- $call
+	answers+="$1x$2=$(psql_val "SELECT status FROM seckill_buy('$1', '$multi', $2)" 2>&1) "
+done
+is "$answers" "m1x2=ok m2x2=sold_out m3x1=ok m4x1=sold_out " \
+	"from PostgreSQL alone, quantities above one: 2 of 3, then 2 refused with 1 left, then the last 1"
 is "$(psql_val "SELECT sales_from_database FROM seckill.worker_state")" t "the mode is recorded in seckill.worker_state"
 
 seckill_pg_restart
@@ -51,5 +61,8 @@ is "$(psql_val "SELECT redis_stock || '/' || pg_stock || ' ' || redis_buyers FRO
 is "$(psql_val "SELECT sales_from_database FROM seckill.worker_state")" f "the table says so too"
 buy 10
 ok "[ $? -eq 0 ]" "and sells on through Redis"
+is "$(psql_val "SELECT sold || '/' || redis_stock || '/' || pg_stock FROM seckill_status('$multi')")" 3/0/0 \
+	"the campaign sold from PostgreSQL alone is sold out in Redis too"
+psql_val "SELECT seckill_close('$multi')" >/dev/null
 sale_finish
 done_testing

@@ -35,3 +35,23 @@ BEGIN
 	END LOOP;
 END
 $$;
+
+-- A restore of a dump copies seckill.campaigns, whose trigger mints a secret
+-- for each campaign, then copies the saved secrets: each saved secret
+-- replaces the one just minted, so that the restore neither fails nor
+-- invalidates the tokens issued before the dump.
+CREATE FUNCTION seckill.replace_token_secret()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	DELETE FROM seckill.token_secrets t WHERE t.campaign_id = NEW.campaign_id;
+	RETURN NEW;
+END
+$$;
+REVOKE ALL ON FUNCTION seckill.replace_token_secret() FROM PUBLIC;
+
+CREATE TRIGGER token_secrets_replace BEFORE INSERT ON seckill.token_secrets
+	FOR EACH ROW EXECUTE FUNCTION seckill.replace_token_secret();

@@ -55,3 +55,51 @@ REVOKE ALL ON FUNCTION seckill.replace_token_secret() FROM PUBLIC;
 
 CREATE TRIGGER token_secrets_replace BEFORE INSERT ON seckill.token_secrets
 	FOR EACH ROW EXECUTE FUNCTION seckill.replace_token_secret();
+
+-- Payment and cancellation with the buyer's id: an order of another user is
+-- answered as no order at all, so that an application passing the ids its
+-- users send cannot pay or cancel someone else's order, nor learn that it
+-- exists.
+CREATE FUNCTION seckill.check_order_owner(order_id bigint, user_id text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF order_id IS NULL OR user_id IS NULL THEN
+		RAISE EXCEPTION 'order_id and user_id must not be null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	PERFORM FROM seckill.orders o WHERE o.id = check_order_owner.order_id AND o.user_id = check_order_owner.user_id;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'no order % of user "%"', order_id, user_id USING ERRCODE = 'no_data_found';
+	END IF;
+END
+$$;
+
+CREATE FUNCTION @extschema@.seckill_pay(order_id bigint, user_id text)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM seckill.check_order_owner(order_id, user_id);
+	RETURN @extschema@.seckill_pay(order_id);
+END
+$$;
+
+CREATE FUNCTION @extschema@.seckill_cancel(order_id bigint, user_id text)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM seckill.check_order_owner(order_id, user_id);
+	RETURN @extschema@.seckill_cancel(order_id);
+END
+$$;
+
+REVOKE ALL ON FUNCTION seckill.check_order_owner(bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.seckill_pay(bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.seckill_cancel(bigint, text) FROM PUBLIC;

@@ -135,6 +135,20 @@ SELECT seckill_pay(NULL);
 SELECT seckill_cancel(NULL);
 SELECT user_id, status, paid_at IS NOT NULL AS paid, cancelled_at IS NOT NULL AS cancelled
 FROM seckill.orders WHERE id IN (:alice_order, :bob_order) ORDER BY id;
+-- with the buyer's id: another user's order is answered as none
+SELECT seckill_campaign_create('owned', 2) IS NOT NULL AS created;
+SELECT seckill_preheat('owned');
+SELECT order_id AS erin_order FROM seckill_buy('erin', 'owned') \gset
+SELECT order_id AS gina_order FROM seckill_buy('gina', 'owned') \gset
+SELECT seckill_pay(:erin_order, 'frank');
+SELECT seckill_cancel(:erin_order, 'frank');
+SELECT seckill_pay(:erin_order, NULL);
+SELECT seckill_pay(-1, 'erin');
+SELECT seckill_pay(:erin_order, 'erin');
+SELECT seckill_cancel(:erin_order, 'erin');              -- paid
+SELECT seckill_cancel(:gina_order, 'gina');
+SELECT user_id, status FROM seckill.orders WHERE id IN (:erin_order, :gina_order) ORDER BY id;
+SELECT seckill_close('owned');
 SELECT sold, pg_stock, redis_stock, redis_buyers, sold_out_cached FROM seckill_status('pay');
 SELECT status FROM seckill_buy('bob', 'pay');          -- the campaign lets him buy again
 SELECT status FROM seckill_buy('carol', 'pay');

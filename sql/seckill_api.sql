@@ -205,6 +205,10 @@ SELECT seckill_campaign_set('limited', '{"user_burst": 0}');
 SELECT seckill_campaign_set('limited', '{"max_in_flight": 1.5}');
 SELECT seckill_campaign_set('limited', '{"token_ttl": "8 days"}');
 SELECT seckill_campaign_set('no-such-goods', '{}');
+-- in REPEATABLE READ it could merge onto settings older than its lock: refused
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT seckill_campaign_set('limited', '{"user_rate": 2}');
+ROLLBACK;
 SELECT seckill_campaign_set('limited', '{"user_rate": 0.001, "user_burst": 2, "addr_rate": 0.001}');
 SELECT seckill_preheat('limited');
 SELECT seckill_stats_reset() >= now() AS reset;

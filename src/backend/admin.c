@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "shared/campaign_cache.h"
@@ -235,6 +236,17 @@ seckill_apply_limits(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("campaign_id, token_required, token_ttl_us and shards must not be null")));
+	/*
+	 * seckill_campaign_set merges the given settings onto the campaign's
+	 * current ones, read after a lock that orders concurrent changes: a
+	 * snapshot older than that lock would lose the change made before it.
+	 */
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("seckill_campaign_set() must run in a READ COMMITTED transaction"),
+				 errdetail("It merges the settings given onto the campaign's current ones, which a REPEATABLE READ or SERIALIZABLE snapshot may not show."),
+				 errhint("Call it outside this transaction, or in one begun with ISOLATION LEVEL READ COMMITTED.")));
 	memset(&request, 0, sizeof(request));
 	request.kind = SK_REQ_LIMITS;
 	request.campaign_id = PG_GETARG_INT64(0);

@@ -121,6 +121,7 @@ typedef struct RequestKind
 	void		(*handler) (const SeckillRequest *request, SeckillReply *reply);
 	KindRedis	redis;
 	bool		leased;			/* done under the campaign's lease */
+	int			budget_ms;		/* the longest purchases should wait for one */
 } RequestKind;
 
 /* Answered once every earlier request of its caller's session is settled. */
@@ -138,18 +139,51 @@ answer_barrier(const SeckillRequest *request, SeckillReply *reply)
  */
 static const RequestKind request_kinds[] = {
 	/* the rebuild takes the lease itself, for all its steps */
-	[SK_REQ_PREHEAT] = {sk_admin_preheat, MAIN_REDIS, false},
-	[SK_REQ_CLOSE] = {sk_admin_close, MAIN_REDIS, true},
-	[SK_REQ_STATUS] = {sk_admin_status, MAIN_REDIS, false},
-	[SK_REQ_RECONCILE] = {sk_admin_reconcile, MAIN_REDIS, true},
-	[SK_REQ_CANCEL] = {sk_admin_cancel, MAIN_REDIS, false},
-	[SK_REQ_RELEASE] = {sk_admin_release, MAIN_REDIS, true},
-	[SK_REQ_RESTOCK] = {sk_admin_restock, MAIN_REDIS, true},
-	[SK_REQ_LIMITS] = {sk_admin_limits, MAIN_REDIS, true},
-	[SK_REQ_LOCK] = {sk_lock_acquire, LOCK_REDIS, false},
-	[SK_REQ_UNLOCK] = {sk_lock_release, LOCK_REDIS, false},
-	[SK_REQ_BARRIER] = {answer_barrier, NO_REDIS, false},
+	[SK_REQ_PREHEAT] = {sk_admin_preheat, MAIN_REDIS, false, 5},
+	[SK_REQ_CLOSE] = {sk_admin_close, MAIN_REDIS, true, 20},
+	[SK_REQ_STATUS] = {sk_admin_status, MAIN_REDIS, false, 5},
+	/* it counts the campaign's buyers */
+	[SK_REQ_RECONCILE] = {sk_admin_reconcile, MAIN_REDIS, true, 200},
+	[SK_REQ_CANCEL] = {sk_admin_cancel, MAIN_REDIS, false, 10},
+	/* a batch sized to about 3 ms */
+	[SK_REQ_RELEASE] = {sk_admin_release, MAIN_REDIS, true, 20},
+	[SK_REQ_RESTOCK] = {sk_admin_restock, MAIN_REDIS, true, 20},
+	[SK_REQ_LIMITS] = {sk_admin_limits, MAIN_REDIS, true, 20},
+	[SK_REQ_LOCK] = {sk_lock_acquire, LOCK_REDIS, false, 10},
+	[SK_REQ_UNLOCK] = {sk_lock_release, LOCK_REDIS, false, 10},
+	[SK_REQ_BARRIER] = {answer_barrier, NO_REDIS, false, 1},
 };
+
+/* When each kind last went over its budget unlogged, and how often since. */
+static struct
+{
+	TimestampTz logged_at;
+	int			unlogged;
+}			over_budget[lengthof(request_kinds)];
+
+/*
+ * A request kept purchases waiting longer than its kind's budget: say so in
+ * the log, at most once a minute per kind, with how often it happened.
+ */
+static void
+note_over_budget(const SeckillRequest *request, long took_ms)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (now < TimestampTzPlusMilliseconds(over_budget[request->kind].logged_at, 60 * 1000))
+	{
+		over_budget[request->kind].unlogged++;
+		return;
+	}
+	ereport(LOG,
+			(errmsg("seckill worker spent %ld ms on a %s request of campaign " INT64_FORMAT ", over its budget of %d ms",
+					took_ms, seckill_request_kind_name(request->kind), request->campaign_id,
+					request_kinds[request->kind].budget_ms),
+			 errdetail("Purchases waited meanwhile. %d more such request(s) since this was last logged.",
+					   over_budget[request->kind].unlogged)));
+	over_budget[request->kind].logged_at = now;
+	over_budget[request->kind].unlogged = 0;
+}
 
 /*
  * After an ERROR in work done for a request: the reply says why, and the
@@ -183,6 +217,8 @@ serve_admin(const SeckillRequest *request, SeckillReply *reply)
 {
 	const RequestKind *kind = &request_kinds[request->kind];
 	MemoryContext cxt = CurrentMemoryContext;
+	TimestampTz begun = GetCurrentTimestamp();
+	long		took_ms;
 
 	Assert(request->kind < lengthof(request_kinds) && kind->handler != NULL);
 	if ((kind->redis == MAIN_REDIS || (kind->redis == LOCK_REDIS && !sk_redlock_enabled())) &&
@@ -205,6 +241,9 @@ serve_admin(const SeckillRequest *request, SeckillReply *reply)
 		reply_with_error(cxt, reply);
 	}
 	PG_END_TRY();
+	took_ms = TimestampDifferenceMilliseconds(begun, GetCurrentTimestamp());
+	if (took_ms > kind->budget_ms)
+		note_over_budget(request, took_ms);
 }
 
 /*

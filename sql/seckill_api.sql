@@ -44,6 +44,9 @@ SELECT status, order_id IS NOT NULL AS has_order FROM seckill_buy('alice', 'phon
 SELECT status FROM seckill_buy('bob', 'phone');
 SELECT status FROM seckill_buy('carol', 'phone');
 SELECT status, order_id FROM seckill_buy('dave', 'phone');
+-- after the sell-out, a buyer who asks again holds an order: duplicate, with its id
+SELECT b.status, b.order_id = o.id AS its_order FROM seckill_buy('alice', 'phone') b
+JOIN seckill.orders o ON o.campaign_id = :phone_id AND o.user_id = 'alice';
 SELECT state, total_stock, sold, pg_stock, redis_stock, redis_buyers, in_flight, sold_out_cached
 FROM seckill_status('phone');
 SELECT user_id, qty, status FROM seckill.orders WHERE campaign_id = :phone_id ORDER BY id;

@@ -12,9 +12,16 @@
  */
 #include "backend/backend.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/relscan.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "backend/token.h"
+#include "catalog/namespace.h"
 #include "executor/spi.h"
+#include "executor/tuptable.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "shared/campaign_cache.h"
@@ -23,8 +30,11 @@
 #include "storage/ipc.h"
 #include "store/store.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/inet.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -52,7 +62,7 @@ static Datum
 buy_result(FunctionCallInfo fcinfo, SeckillStatus status, int64 order_id)
 {
 	Datum		values[2];
-	bool		nulls[2] = {false, status != SK_OK};
+	bool		nulls[2] = {false, order_id == 0};
 
 	values[0] = CStringGetTextDatum(seckill_status_name(status));
 	values[1] = Int64GetDatum(order_id);
@@ -108,6 +118,49 @@ client_addr(FunctionCallInfo fcinfo, char *out, size_t len)
 }
 
 /*
+ * The user's active order of the campaign, as the statement's snapshot
+ * sees it, or 0.  A probe of orders_one_active_per_user without SPI: it
+ * runs for every sold-out answer.
+ */
+static int64
+held_order(int64 campaign_id, const char *user_id)
+{
+	Oid			nsp = get_namespace_oid("seckill", false);
+	Oid			orders_oid = get_relname_relid("orders", nsp);
+	Oid			index_oid = get_relname_relid("orders_one_active_per_user", nsp);
+	Relation	orders,
+				index;
+	ScanKeyData keys[2];
+	Snapshot	snapshot;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	int64		id = 0;
+
+	if (!OidIsValid(orders_oid) || !OidIsValid(index_oid))
+		return 0;
+	orders = table_open(orders_oid, AccessShareLock);
+	index = index_open(index_oid, AccessShareLock);
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(campaign_id));
+	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[1], F_TEXTEQ, CStringGetTextDatum(user_id));
+	snapshot = GetActiveSnapshot();
+	slot = table_slot_create(orders, NULL);
+	scan = index_beginscan(orders, index, snapshot, 2, 0);
+	index_rescan(scan, keys, 2, NULL, 0);
+	if (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+
+		id = DatumGetInt64(slot_getattr(slot, 1, &isnull));
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, AccessShareLock);
+	table_close(orders, AccessShareLock);
+	return id;
+}
+
+/*
  * Decide one purchase.  *stats is set to the campaign's stats entry as soon
  * as it is known, so that the caller can count an error too.
  */
@@ -129,9 +182,9 @@ buy(FunctionCallInfo fcinfo, SeckillRequest *request, const char *goods, const c
 			return SK_NOT_STARTED;
 		if (now >= cached.ends_at)
 			return SK_ENDED;
+		request->campaign_id = cached.id;
 		if (pg_atomic_read_u32(&cached.sold_out))
 			return SK_SOLD_OUT;
-		request->campaign_id = cached.id;
 		limits = &cached.limits;
 		st = &seckill_stats[cached.stats];
 	}
@@ -230,6 +283,16 @@ seckill_buy(PG_FUNCTION_ARGS)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+
+	/*
+	 * A buyer who asks again is told duplicate, with the order's id, also
+	 * when the campaign has sold out since (its answer comes from the cache).
+	 */
+	if (status != SK_OK)
+		order_id = 0;
+	if ((status == SK_SOLD_OUT || status == SK_DUPLICATE) && request.campaign_id != 0 &&
+		(order_id = held_order(request.campaign_id, user_id)) != 0)
+		status = SK_DUPLICATE;
 	seckill_stats_count(stats, status, GetCurrentTimestamp() - start);
 	return buy_result(fcinfo, status, order_id);
 }

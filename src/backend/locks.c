@@ -118,6 +118,26 @@ session_end(int code, Datum arg)
 	release_own(false);
 }
 
+/*
+ * Wait up to ms for a release of the lock: the worker sets our latch when it
+ * releases it (a release by another cluster sharing the Redis is seen at the
+ * next ask).  The latch is set in the backend's first slot, whoever used
+ * that slot last.
+ */
+static void
+wait_for_release(const char *name, long ms)
+{
+	SeckillSlot *home = &seckill_slots[seckill_home_slot()];
+
+	SpinLockAcquire(&home->mutex);
+	home->latch = MyLatch;
+	SpinLockRelease(&home->mutex);
+	home->lock_wait = seckill_lock_wait_hash(name);
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms, PG_WAIT_EXTENSION);
+	home->lock_wait = 0;
+	ResetLatch(MyLatch);
+}
+
 /* Milliseconds of an interval argument; NULL gives dflt. */
 static long
 interval_ms_arg(FunctionCallInfo fcinfo, int argno, const char *name, long dflt)
@@ -234,16 +254,8 @@ lock_common(FunctionCallInfo fcinfo, bool xact)
 		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (left <= 0)
 			PG_RETURN_NULL();
-		/*
-		 * The worker sets our latch when it releases this lock; a release by
-		 * another cluster sharing the Redis is seen at the next ask.
-		 */
-		seckill_slots[seckill_home_slot()].lock_wait = seckill_lock_wait_hash(name);
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Min(left, backoff / 2 + (long) pg_prng_uint64_range(&pg_global_prng_state, 0, backoff / 2)),
-						 PG_WAIT_EXTENSION);
-		seckill_slots[seckill_home_slot()].lock_wait = 0;
-		ResetLatch(MyLatch);
+		wait_for_release(name, Min(left, backoff / 2 +
+								   (long) pg_prng_uint64_range(&pg_global_prng_state, 0, backoff / 2)));
 		CHECK_FOR_INTERRUPTS();
 		backoff = Min(backoff * 2, 100);
 	}

@@ -65,6 +65,7 @@ typedef struct Rebuild
 	int64		read;			/* buyers read from PostgreSQL */
 	uint64		generation;		/* of the Redis connection it stages on */
 	int			attempts;
+	int			cancelled_qty;	/* cancelled meanwhile, for Redis at its end */
 	TimestampTz started;
 	List	   *waiters;		/* RoundItem *: answered when it ends */
 	List	   *deferred;		/* RoundItem *: served when it ends */
@@ -460,6 +461,8 @@ load(Rebuild *r, SeckillReply *reply, bool *again)
 	bool		found;
 
 	*again = false;
+	/* the swap overwrites the campaign in Redis: only while the lease is ours */
+	sk_lease_keep();
 	store_begin("seckill: load campaign");
 	found = store_campaign(r->campaign_id, &row);
 	store_commit();
@@ -610,7 +613,10 @@ finish(Rebuild *r, const SeckillReply *result)
 		ereport(LOG,
 				(errmsg("seckill worker could not rebuild campaign " INT64_FORMAT " in Redis: %s",
 						r->campaign_id, result->message),
-				 errhint("Its purchases are answered busy; the next purchase tries again after %d s, or run seckill_preheat().",
+				 r->cancelled_qty > 0 ?
+				 errdetail("%d item(s) cancelled meanwhile are back on sale in PostgreSQL, not yet in Redis.",
+						   r->cancelled_qty) : 0,
+				 errhint("Its purchases are answered busy; the next purchase tries again after %d s, or run seckill_preheat() or seckill_reconcile().",
 						 RETRY_MS / 1000)));
 	}
 	rebuilds = list_delete_first(rebuilds);
@@ -672,18 +678,26 @@ void
 sk_rebuild_abort(void)
 {
 	ListCell   *lc;
+	SkLease    *held = sk_lease_detach();
 
-	/* a step under way: its lease is the one held, given back by the boundary */
-	(void) sk_lease_detach();
+	/* every lease the rebuilds hold, and one a first step had just taken */
 	foreach(lc, rebuilds)
 	{
 		Rebuild    *r = lfirst(lc);
 
-		if (r->lease == NULL)
+		if (r->lease == NULL || r->lease == held)
 			continue;
 		sk_lease_attach(r->lease);
 		sk_lease_give();
 	}
+	if (held != NULL)
+	{
+		sk_lease_attach(held);
+		sk_lease_give();
+	}
+	/* they failed: leaving database mode must start over */
+	if (rebuilds != NIL)
+		failures++;
 	rebuilds = NIL;
 	if (rebuild_cxt != NULL)
 		MemoryContextReset(rebuild_cxt);
@@ -704,6 +718,7 @@ sk_rebuild_note_cancel(const SkCancelled *c)
 
 	if (r == NULL)
 		return false;
+	r->cancelled_qty += c->qty;
 	if (!c->rebuy || r->staged == NULL)
 		return true;
 	sk_pipeline_init(&p);

@@ -7,7 +7,6 @@
  *-------------------------------------------------------------------------
  */
 #include "seckill.h"
-#include "shared/call.h"
 
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -39,28 +38,6 @@ const char *
 seckill_status_name(SeckillStatus status)
 {
 	return status_names[status];
-}
-
-static const char *const request_kind_names[] = {
-	[SK_REQ_BUY] = "purchase",
-	[SK_REQ_PREHEAT] = "preheat",
-	[SK_REQ_CLOSE] = "close",
-	[SK_REQ_STATUS] = "status",
-	[SK_REQ_RECONCILE] = "reconcile",
-	[SK_REQ_CANCEL] = "cancel",
-	[SK_REQ_RELEASE] = "release",
-	[SK_REQ_RESTOCK] = "restock",
-	[SK_REQ_LIMITS] = "limits",
-	[SK_REQ_LOCK] = "lock",
-	[SK_REQ_UNLOCK] = "unlock",
-	[SK_REQ_BARRIER] = "barrier",
-};
-
-/* For messages: "a purchase request". */
-const char *
-seckill_request_kind_name(SeckillRequestKind kind)
-{
-	return request_kind_names[kind];
 }
 
 /* The version of the seckill extension installed in this database, or NULL. */

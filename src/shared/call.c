@@ -23,6 +23,28 @@ SeckillCalls *seckill_calls = NULL;
 static bool exit_callback_registered = false;
 static uint32 checked_generation = PG_UINT32_MAX;	/* see seckill_check_database */
 
+static const char *const request_kind_names[] = {
+	[SK_REQ_BUY] = "purchase",
+	[SK_REQ_PREHEAT] = "preheat",
+	[SK_REQ_CLOSE] = "close",
+	[SK_REQ_STATUS] = "status",
+	[SK_REQ_RECONCILE] = "reconcile",
+	[SK_REQ_CANCEL] = "cancel",
+	[SK_REQ_RELEASE] = "release",
+	[SK_REQ_RESTOCK] = "restock",
+	[SK_REQ_LIMITS] = "limits",
+	[SK_REQ_LOCK] = "lock",
+	[SK_REQ_UNLOCK] = "unlock",
+	[SK_REQ_BARRIER] = "barrier",
+};
+
+/* For messages: "a purchase request". */
+const char *
+seckill_request_kind_name(SeckillRequestKind kind)
+{
+	return request_kind_names[kind];
+}
+
 /*
  * Two slots per backend: a request is made in whichever is free, so that a
  * call is not made to wait for an earlier one given up on, still with the

@@ -341,7 +341,14 @@ serve_purchases(RoundItem **buys, int n)
 	if (!through_redis)
 	{
 		if (seckill_redis_unavailable == SK_UNAVAILABLE_DATABASE || seckill_shared->sales_from_database)
+		{
+			/*
+			 * Campaigns rebuilt so far while leaving database mode go stale
+			 * again: the next time Redis is back, all are rebuilt anew.
+			 */
+			leaving_database_mode = false;
 			sk_purchase_from_database(buys, nserved);
+		}
 		else
 			sk_fail_all(buys, nserved, SK_ERR_REDIS, sk_redis_error());
 		return;

@@ -62,7 +62,6 @@ typedef struct Rebuild
 	RebuildPhase phase;
 	char		after[SECKILL_MAX_USER_LEN + 1];	/* the last buyer staged in this phase */
 	int64	   *staged;			/* per shard: buyers in its staged set */
-	int64		read;			/* buyers read from PostgreSQL */
 	uint64		generation;		/* of the Redis connection it stages on */
 	int			attempts;
 	int			cancelled_qty;	/* cancelled meanwhile, for Redis at its end */
@@ -288,7 +287,6 @@ restart(Rebuild *r, SeckillReply *reply)
 	r->attempts++;
 	r->phase = STAGE_ACTIVE;
 	r->after[0] = '\0';			/* user ids are never empty */
-	r->read = 0;
 	memset(r->staged, 0, sizeof(int64) * r->nshards);
 	r->generation = sk_redis_generation();
 	return true;
@@ -420,7 +418,6 @@ stage_page(Rebuild *r, SeckillReply *reply)
 			r->staged[sent[i]] += sk_reply_int(&replies[i]);
 		}
 	}
-	r->read += list_length(users);
 
 	if (list_length(users) < limit)
 	{

@@ -28,6 +28,7 @@
 #include "shared/shmem.h"
 #include "shared/stats.h"
 #include "storage/ipc.h"
+#include "storage/lmgr.h"
 #include "store/store.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -120,7 +121,9 @@ client_addr(FunctionCallInfo fcinfo, char *out, size_t len)
 /*
  * The user's active order of the campaign, as the statement's snapshot
  * sees it, or 0.  A probe of orders_one_active_per_user without SPI: it
- * runs for every sold-out answer.
+ * runs for every sold-out answer of the cache.  It never waits for a lock:
+ * while another session holds the table or its index exclusively (a DBA's
+ * REINDEX, say), it answers 0 and the caller is told sold_out.
  */
 static int64
 held_order(int64 campaign_id, const char *user_id)
@@ -136,10 +139,16 @@ held_order(int64 campaign_id, const char *user_id)
 	TupleTableSlot *slot;
 	int64		id = 0;
 
-	if (!OidIsValid(orders_oid) || !OidIsValid(index_oid))
+	if (!OidIsValid(orders_oid) || !OidIsValid(index_oid) ||
+		!ConditionalLockRelationOid(orders_oid, AccessShareLock))
 		return 0;
-	orders = table_open(orders_oid, AccessShareLock);
-	index = index_open(index_oid, AccessShareLock);
+	if (!ConditionalLockRelationOid(index_oid, AccessShareLock))
+	{
+		UnlockRelationOid(orders_oid, AccessShareLock);
+		return 0;
+	}
+	orders = table_open(orders_oid, NoLock);
+	index = index_open(index_oid, NoLock);
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(campaign_id));
 	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
 						   index->rd_indcollation[1], F_TEXTEQ, CStringGetTextDatum(user_id));
@@ -184,7 +193,11 @@ buy(FunctionCallInfo fcinfo, SeckillRequest *request, const char *goods, const c
 			return SK_ENDED;
 		request->campaign_id = cached.id;
 		if (pg_atomic_read_u32(&cached.sold_out))
-			return SK_SOLD_OUT;
+		{
+			/* a buyer who asks again is told duplicate, with the order's id */
+			*order_id = held_order(cached.id, request->user_id);
+			return *order_id != 0 ? SK_DUPLICATE : SK_SOLD_OUT;
+		}
 		limits = &cached.limits;
 		st = &seckill_stats[cached.stats];
 	}
@@ -232,7 +245,10 @@ buy(FunctionCallInfo fcinfo, SeckillRequest *request, const char *goods, const c
 	}
 	PG_END_ENSURE_ERROR_CLEANUP(in_flight_done, PointerGetDatum(st));
 	in_flight_done(0, PointerGetDatum(st));
-	*order_id = reply.order_id;
+	if (reply.status == SK_OK)
+		*order_id = reply.order_id;
+	else if (reply.status == SK_DUPLICATE)
+		*order_id = held_order(request->campaign_id, request->user_id);
 	return reply.status;
 }
 
@@ -283,16 +299,6 @@ seckill_buy(PG_FUNCTION_ARGS)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-
-	/*
-	 * A buyer who asks again is told duplicate, with the order's id, also
-	 * when the campaign has sold out since (its answer comes from the cache).
-	 */
-	if (status != SK_OK)
-		order_id = 0;
-	if ((status == SK_SOLD_OUT || status == SK_DUPLICATE) && request.campaign_id != 0 &&
-		(order_id = held_order(request.campaign_id, user_id)) != 0)
-		status = SK_DUPLICATE;
 	seckill_stats_count(stats, status, GetCurrentTimestamp() - start);
 	return buy_result(fcinfo, status, order_id);
 }

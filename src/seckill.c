@@ -44,7 +44,7 @@ _PG_init(void)
 {
 	if (!process_shared_preload_libraries_in_progress)
 		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				(errcode(ERRCODE_SECKILL_UNAVAILABLE),
 				 errmsg("seckill must be loaded via shared_preload_libraries"),
 				 errhint("Add seckill to shared_preload_libraries in postgresql.conf and restart the server.")));
 

@@ -54,6 +54,15 @@ typedef enum SeckillStatus
 
 extern const char *seckill_status_name(SeckillStatus status);
 
+/*
+ * seckill's own SQLSTATEs, class SK (the README's table of errors): a caller
+ * can tell them from business refusals (55000 and the like) and from its own
+ * cancel or statement_timeout (57014).
+ */
+#define ERRCODE_SECKILL_TIMEOUT			MAKE_SQLSTATE('S','K','0','0','1')	/* fate unknown */
+#define ERRCODE_SECKILL_UNAVAILABLE		MAKE_SQLSTATE('S','K','0','0','2')	/* not made */
+#define ERRCODE_SECKILL_WORKER_FAILED	MAKE_SQLSTATE('S','K','0','0','3')	/* fate unknown */
+
 #define SK_TOKEN_SECRET_LEN 32
 
 /*

@@ -132,6 +132,17 @@ seckill_request_checked(const SeckillRequest *request)
 	return seckill_reply_checked(request->kind, seckill_call(request));
 }
 
+/*
+ * The SQLSTATE of a failure the worker met while serving a request: its own
+ * statement timeout is seckill's timeout, which the caller must be able to
+ * tell from its own cancel or statement_timeout (57014).
+ */
+static int
+failure_code(int cause, int otherwise)
+{
+	return cause == ERRCODE_QUERY_CANCELED ? ERRCODE_SECKILL_TIMEOUT : otherwise;
+}
+
 /* A failure in the reply becomes an ERROR a DBA can act on. */
 SeckillReply
 seckill_reply_checked(SeckillRequestKind kind, SeckillReply reply)
@@ -155,16 +166,19 @@ seckill_reply_checked(SeckillRequestKind kind, SeckillReply reply)
 			break;
 		case SK_ERR_WORKER:
 			ereport(ERROR,
-					(errcode(reply.sqlerrcode ? reply.sqlerrcode : ERRCODE_CONNECTION_FAILURE),
+					(errcode(failure_code(reply.sqlerrcode, ERRCODE_SECKILL_WORKER_FAILED)),
 					 errmsg("%s", reply.message),
+					 reply.sqlerrcode ? errdetail("Its cause's SQLSTATE is %s.", unpack_sql_state(reply.sqlerrcode)) : 0,
 					 kind == SK_REQ_BUY ?
 					 errhint("The purchase was either committed or will be given back; call seckill_order() to learn which.") :
 					 errhint("Call the function again.")));
 			break;
 		case SK_ERR_INVALID:
 			ereport(ERROR,
-					(errcode(reply.sqlerrcode ? reply.sqlerrcode : ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("%s", reply.message)));
+					(errcode(failure_code(reply.sqlerrcode, reply.sqlerrcode ? reply.sqlerrcode : ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE)),
+					 errmsg("%s", reply.message),
+					 reply.sqlerrcode == ERRCODE_QUERY_CANCELED ?
+					 errdetail("The worker's transaction ran past seckill.worker_statement_timeout and was rolled back.") : 0));
 			break;
 		case SK_ERR_LOCKED:
 			ereport(ERROR,

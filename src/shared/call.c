@@ -170,7 +170,7 @@ seckill_check_database(void)
 {
 	if (seckill_shared == NULL)
 		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				(errcode(ERRCODE_SECKILL_UNAVAILABLE),
 				 errmsg("seckill is not loaded"),
 				 errhint("Add seckill to shared_preload_libraries in postgresql.conf and restart the server.")));
 	if (OidIsValid(seckill_shared->database_id) && MyDatabaseId != seckill_shared->database_id)
@@ -186,7 +186,7 @@ seckill_check_database(void)
 
 		if (version != NULL && strcmp(version, SECKILL_SQL_VERSION) != 0)
 			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					(errcode(ERRCODE_SECKILL_UNAVAILABLE),
 					 errmsg("the seckill extension in this database is version %s; its library is version %s",
 							version, SECKILL_SQL_VERSION),
 					 errhint("Run ALTER EXTENSION seckill UPDATE.")));
@@ -199,11 +199,11 @@ worker_not_running(void)
 {
 	if (seckill_shared->connect_failures > 0)
 		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				(errcode(ERRCODE_SECKILL_UNAVAILABLE),
 				 errmsg("the seckill worker cannot connect to database \"%s\"", seckill_database),
 				 errhint("Create that database, or set seckill.database to an existing one and restart the server; the worker tries again at most once a minute.")));
 	ereport(ERROR,
-			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			(errcode(ERRCODE_SECKILL_UNAVAILABLE),
 			 errmsg("the seckill worker is not running"),
 			 errhint("The postmaster restarts it within a second; if this persists, look for \"seckill worker\" in the server log.")));
 }
@@ -223,7 +223,7 @@ request_timed_out(const SeckillRequest *request)
 	if (seckill_shared->worker_latch == NULL)
 		worker_not_running();
 	ereport(ERROR,
-			(errcode(ERRCODE_QUERY_CANCELED),
+			(errcode(ERRCODE_SECKILL_TIMEOUT),
 			 errmsg("seckill request timed out after %d ms", seckill_request_timeout),
 			 request->kind == SK_REQ_BUY ?
 			 errhint("The purchase may still complete: call seckill_order() to learn its fate before buying again.") :
@@ -260,7 +260,7 @@ slots_held(void)
 						 (long) TimestampDifferenceMilliseconds(at, GetCurrentTimestamp()));
 	}
 	ereport(ERROR,
-			(errcode(ERRCODE_QUERY_CANCELED),
+			(errcode(ERRCODE_SECKILL_UNAVAILABLE),
 			 errmsg("seckill request timed out after %d ms before it was made", seckill_request_timeout),
 			 errdetail("The worker was still serving earlier requests given up on: %s.", held.data),
 			 errhint("Call again. Behind a pooler in transaction mode, an earlier request may be another client's; the fate of a purchase is told by seckill_order().")));

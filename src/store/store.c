@@ -551,7 +551,7 @@ sql_version_matches(void)
 		return true;
 	if (!warned)
 		ereport(WARNING,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				(errcode(ERRCODE_SECKILL_UNAVAILABLE),
 				 errmsg("the seckill extension in database \"%s\" is older than its library (version " SECKILL_SQL_VERSION ")",
 						get_database_name(MyDatabaseId)),
 				 errhint("Run ALTER EXTENSION seckill UPDATE in that database.")));

@@ -54,6 +54,7 @@ sk_admin_close(const SeckillRequest *request, SeckillReply *reply)
 	{
 		store_commit();
 		seckill_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " does not exist", id);
+		reply->sqlerrcode = ERRCODE_UNDEFINED_OBJECT;
 		return;
 	}
 	if (strcmp(row.state, "closed") != 0)
@@ -151,6 +152,7 @@ sk_admin_reconcile(const SeckillRequest *request, SeckillReply *reply)
 	{
 		store_commit();
 		seckill_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " does not exist", id);
+		reply->sqlerrcode = ERRCODE_UNDEFINED_OBJECT;
 		return;
 	}
 	buyers = store_buyer_count(id, row.rebuy_after_cancel);
@@ -379,6 +381,7 @@ sk_admin_limits(const SeckillRequest *request, SeckillReply *reply)
 	if (!found)
 	{
 		seckill_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " does not exist", id);
+		reply->sqlerrcode = ERRCODE_UNDEFINED_OBJECT;
 		return;
 	}
 	if (strcmp(row.state, "preheated") == 0)

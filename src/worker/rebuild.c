@@ -467,6 +467,7 @@ load(Rebuild *r, SeckillReply *reply, bool *again)
 	{
 		seckill_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " no longer exists",
 							r->campaign_id);
+		reply->sqlerrcode = ERRCODE_UNDEFINED_OBJECT;
 		return false;
 	}
 	stock = row.total_stock - row.sold;
@@ -504,7 +505,7 @@ load(Rebuild *r, SeckillReply *reply, bool *again)
 			*again = true;
 			return restart(r, reply);
 		}
-		seckill_reply_error(reply, SK_ERR_INVALID, "loading campaign " INT64_FORMAT " into Redis failed: %s",
+		seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "loading campaign " INT64_FORMAT " into Redis failed: %s",
 							r->campaign_id, replies[shard].str);
 		return false;
 	}

@@ -411,6 +411,7 @@ serve_round(const int *slots, int n)
 			seckill_reply_error(&items[i].reply, SK_ERR_INVALID,
 						   "the seckill extension in database \"%s\" is older than its library (version " SECKILL_SQL_VERSION "): run ALTER EXTENSION seckill UPDATE there",
 						   seckill_database);
+			items[i].reply.sqlerrcode = ERRCODE_SECKILL_UNAVAILABLE;
 			sk_answer(&items[i]);
 		}
 		return;

@@ -51,7 +51,7 @@ kill -STOP "$redis_pid"
 # 3. A caller cancelled while it waits, then Redis comes back: the same
 #    session buys again (its abandoned slot was recycled), and the fate of
 #    the cancelled purchase is known.
-out=$(psql -XAtq 2>&1 <<SQL
+out=$(psql -XAtq -v VERBOSITY=verbose 2>&1 <<SQL
 SET statement_timeout = 300;
 SELECT status FROM seckill_buy('cancelled-1', '$goods');
 \! kill -CONT $redis_pid
@@ -60,17 +60,32 @@ SELECT status FROM seckill_buy('after-cancel', '$goods');
 SELECT status FROM seckill_order('cancelled-1', '$goods');
 SQL
 )
-ok "[[ \"\$out\" == *'canceling statement due to statement timeout'* ]]" \
-	"a waiting caller can be cancelled"
+ok "[[ \"\$out\" == *'57014: canceling statement due to statement timeout'* ]]" \
+	"a waiting caller can be cancelled: 57014, its own statement_timeout"
 ok "[[ \"\$out\" == *\$'\nok\n'* ]]" "the same session buys after its cancelled call"
 ok "[[ \"\$out\" == *none || \"\$out\" == *reserved ]]" "the cancelled purchase's fate is known: ${out##*$'\n'}"
+
+# 3a. seckill's own timeout has its own SQLSTATE, SK001, and the hint says
+#     how to learn the purchase's fate.
+kill -STOP "$redis_pid"
+out=$(psql -XAtq -v VERBOSITY=verbose 2>&1 <<SQL
+SET seckill.request_timeout = '300ms';
+SELECT status FROM seckill_buy('timed-out-1', '$goods');
+\! kill -CONT $redis_pid
+RESET seckill.request_timeout;
+SELECT status FROM seckill_order('timed-out-1', '$goods');
+SQL
+)
+ok "[[ \"\$out\" == *'SK001: seckill request timed out after 300 ms'*'call seckill_order()'* ]]" \
+	"seckill.request_timeout runs out: SK001, with a hint to ask seckill_order()"
+ok "[[ \"\$out\" == *\$'\nreserved' || \"\$out\" == *\$'\nnone' ]]" "then seckill_order() tells its fate: ${out##*$'\n'}"
 
 # 3b. Requests given up on hold the session's two request slots while the
 #     worker still serves the first: a third call fails within its own
 #     timeout and says whose requests held them; once Redis is back the
 #     session buys again.
 kill -STOP "$redis_pid"
-out=$(psql -XAtq 2>&1 <<SQL
+out=$(psql -XAtq -v VERBOSITY=verbose 2>&1 <<SQL
 SET statement_timeout = 300;
 SELECT status FROM seckill_buy('held-1', '$goods');
 SELECT status FROM seckill_buy('held-2', '$goods');
@@ -82,7 +97,7 @@ RESET seckill.request_timeout;
 SELECT status FROM seckill_buy('held-4', '$goods');
 SQL
 )
-ok "[[ \"\$out\" == *'timed out after 300 ms before it was made'*'purchase request of this session, given up on'*'purchase request of this session, given up on'* ]]" \
+ok "[[ \"\$out\" == *'SK002: seckill request timed out after 300 ms before it was made'*'purchase request of this session, given up on'*'purchase request of this session, given up on'* ]]" \
 	"a third call while two given up on are served fails in its own time, saying why"
 ok "[[ \"\$out\" == *\$'\nok' ]]" "once Redis is back the session buys again"
 

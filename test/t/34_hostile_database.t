@@ -121,8 +121,9 @@ seckill_pg_restart
 seckill_wait_for "grep -q 'database \"no_such_db\" does not exist' '$log'" 10
 ok "[ $? -eq 0 ]" "seckill.database = no_such_db: the worker cannot connect"
 before=$(grep -c 'database "no_such_db" does not exist' "$log")
-err=$(psql -XAtq -c "SELECT * FROM seckill_buy('alice', '$SALE_GOODS')" 2>&1)
-ok "[[ \"\$err\" == *'cannot connect to database \"no_such_db\"'*'set seckill.database'* ]]" "callers are told: $err"
+err=$(psql -XAtq -v VERBOSITY=verbose -c "SELECT * FROM seckill_buy('alice', '$SALE_GOODS')" 2>&1)
+ok "[[ \"\$err\" == *'SK002: the seckill worker cannot connect to database \"no_such_db\"'*'set seckill.database'* ]]" \
+	"callers are told, with SQLSTATE SK002 (not made): $err"
 # the attempts seen in a window of 8 seconds: a restart a second would make 8
 sleep 8
 attempts=$(($(grep -c 'database "no_such_db" does not exist' "$log") - before))

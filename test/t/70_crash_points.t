@@ -46,6 +46,9 @@ crash_sale() {
 
 		failed=$(psql_val "SELECT count(*) FROM stampede_answers WHERE user_id LIKE '$point-%' AND status = 'error'")
 		ok "[ $failed -gt 0 ]" "$tag$point: $failed caller(s) got an error"
+		codes=$(psql_val "SELECT string_agg(code || ' ' || n, ', ') FROM (SELECT split_part(err, ' ', 1) code, count(*) n
+			FROM stampede_answers WHERE user_id LIKE '$point-%' AND status = 'error' GROUP BY 1 ORDER BY 1) e")
+		ok "[[ \"\$codes\" == SK003* && \"\$codes\" != *,* ]]" "$tag$point: each error is SK003, the worker failed while serving it ($codes)"
 		case $point in
 		after_reserve) fate=none ;;
 		*) fate=reserved ;;

@@ -33,6 +33,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/inet.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -119,6 +120,43 @@ client_addr(FunctionCallInfo fcinfo, char *out, size_t len)
 }
 
 /*
+ * seckill.orders and its index orders_one_active_per_user, looked up once
+ * per backend: the sold-out answer probes them on every call.  Forgotten
+ * when either changes (a REINDEX CONCURRENTLY gives the index a new OID, a
+ * DROP EXTENSION drops both).
+ */
+static Oid	orders_oid = InvalidOid;
+static Oid	holder_index_oid = InvalidOid;
+
+static void
+forget_orders_oids(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == orders_oid || relid == holder_index_oid)
+		orders_oid = holder_index_oid = InvalidOid;
+}
+
+static bool
+look_up_orders_oids(void)
+{
+	static bool callback_registered = false;
+	Oid			nsp;
+
+	if (OidIsValid(holder_index_oid))
+		return true;
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(forget_orders_oids, (Datum) 0);
+		callback_registered = true;
+	}
+	nsp = get_namespace_oid("seckill", true);
+	if (!OidIsValid(nsp))
+		return false;
+	orders_oid = get_relname_relid("orders", nsp);
+	holder_index_oid = get_relname_relid("orders_one_active_per_user", nsp);
+	return OidIsValid(orders_oid) && OidIsValid(holder_index_oid);
+}
+
+/*
  * The user's active order of the campaign, as the statement's snapshot
  * sees it, or 0.  A probe of orders_one_active_per_user without SPI: it
  * runs for every sold-out answer of the cache.  It never waits for a lock:
@@ -128,9 +166,8 @@ client_addr(FunctionCallInfo fcinfo, char *out, size_t len)
 static int64
 held_order(int64 campaign_id, const char *user_id)
 {
-	Oid			nsp = get_namespace_oid("seckill", false);
-	Oid			orders_oid = get_relname_relid("orders", nsp);
-	Oid			index_oid = get_relname_relid("orders_one_active_per_user", nsp);
+	Oid			table_oid;
+	Oid			index_oid;
 	Relation	orders,
 				index;
 	ScanKeyData keys[2];
@@ -139,15 +176,25 @@ held_order(int64 campaign_id, const char *user_id)
 	TupleTableSlot *slot;
 	int64		id = 0;
 
-	if (!OidIsValid(orders_oid) || !OidIsValid(index_oid) ||
-		!ConditionalLockRelationOid(orders_oid, AccessShareLock))
+	if (!look_up_orders_oids())
+		return 0;
+	table_oid = orders_oid;
+	index_oid = holder_index_oid;
+	if (!ConditionalLockRelationOid(table_oid, AccessShareLock))
 		return 0;
 	if (!ConditionalLockRelationOid(index_oid, AccessShareLock))
 	{
-		UnlockRelationOid(orders_oid, AccessShareLock);
+		UnlockRelationOid(table_oid, AccessShareLock);
 		return 0;
 	}
-	orders = table_open(orders_oid, NoLock);
+	/* the locks took in invalidations: a change meanwhile forgot the OIDs */
+	if (orders_oid != table_oid || holder_index_oid != index_oid)
+	{
+		UnlockRelationOid(index_oid, AccessShareLock);
+		UnlockRelationOid(table_oid, AccessShareLock);
+		return 0;
+	}
+	orders = table_open(table_oid, NoLock);
 	index = index_open(index_oid, NoLock);
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(campaign_id));
 	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,

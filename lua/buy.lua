@@ -10,7 +10,8 @@
 --   ARGV[4] the token's expiry (microseconds since the Unix epoch; '' when
 --           the call has no verified token), ARGV[5] '1' when the client
 --           address is known, ARGV[6] '1' when the campaign has other
---           shards that may lend stock (lua/take.lua)
+--           shards that may lend stock (lua/take.lua), ARGV[7] the worker's
+--           epoch (its PostgreSQL timeline, worker/epoch.c)
 -- Returns {status, remaining stock}.  Idempotent under the request id: a
 -- retry of a request that already reserved answers ok again.  With other
 -- shards and too little stock here, the buyer is entered with a journal
@@ -18,9 +19,15 @@
 local user, qty, req = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
 local m = redis.call('HMGET', KEYS[1], 'stock', 'starts', 'ends', 'state',
-	'user_rate', 'user_burst', 'addr_rate', 'addr_burst', 'token')
+	'user_rate', 'user_burst', 'addr_rate', 'addr_burst', 'token', 'epoch', 'stale')
 local stock, state = tonumber(m[1]), m[4]
-if state == false or stock == nil then
+-- a newer primary sells this campaign; one of an older epoch (or marked
+-- stale by a promotion) is rebuilt from PostgreSQL before it sells
+local epoch = tonumber(m[10])
+if epoch and epoch > tonumber(ARGV[7]) then
+	return {'fenced', epoch}
+end
+if state == false or stock == nil or m[11] or (epoch and epoch < tonumber(ARGV[7])) then
 	return {'not_loaded', -1}
 end
 if state ~= 'open' then

@@ -1,11 +1,16 @@
 -- Give a reservation back: the stock, and the buyer's place.
 --   KEYS[1] meta hash, KEYS[2] buyers set, KEYS[3] journal hash
 --   ARGV[1] request id, ARGV[2] 'keep' when the user stays a buyer (PostgreSQL
---   refused the order because the user already has one)
+--   refused the order because the user already has one), ARGV[3] the
+--   worker's epoch: a worker of an older one gives nothing back
 -- Idempotent: only a reservation still in the journal is given back, and the
 -- journal entry goes with it.  Returns {1 if given back else 0, stock}.
+local m = redis.call('HMGET', KEYS[1], 'stock', 'epoch')
+local stock = tonumber(m[1])
+if tonumber(m[2] or '0') > tonumber(ARGV[3]) then
+	return {0, -2}
+end
 local entry = redis.call('HGET', KEYS[3], ARGV[1])
-local stock = tonumber(redis.call('HGET', KEYS[1], 'stock'))
 if not entry then
 	return {0, stock or -1}
 end

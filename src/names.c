@@ -31,6 +31,7 @@ static const char *const status_names[] = {
 	[SK_ERR_WORKER] = "worker_restarted",
 	[SK_ERR_INVALID] = "invalid",
 	[SK_ERR_LOCKED] = "locked",
+	[SK_ERR_FENCED] = "fenced",
 	[SK_PENDING] = "pending",
 };
 

@@ -48,6 +48,7 @@ typedef enum SeckillStatus
 	SK_ERR_WORKER,				/* the worker restarted while it held the request */
 	SK_ERR_INVALID,				/* the request does not make sense (closed campaign...) */
 	SK_ERR_LOCKED,				/* the campaign's lock is held elsewhere */
+	SK_ERR_FENCED,				/* a newer primary sells through this Redis */
 	/* the worker's own: the reply waits for the rebuild of the campaign */
 	SK_PENDING
 } SeckillStatus;

@@ -186,6 +186,12 @@ seckill_reply_checked(SeckillRequestKind kind, SeckillReply reply)
 					 errmsg("%s", reply.message),
 					 errhint("Its lease runs out within seckill.lock_lease; try again then, and give each cluster sharing a Redis its own seckill.redis_prefix.")));
 			break;
+		case SK_ERR_FENCED:
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("%s", reply.message),
+					 errhint("This server was the primary before a failover: sell on the new primary. Rejoin this one as its standby (pg_rewind), or give it its own seckill.redis_prefix.")));
+			break;
 		default:
 			break;
 	}

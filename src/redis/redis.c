@@ -34,6 +34,8 @@ static const char *const script_source[SK_NSCRIPTS] = {
 	[SK_SCRIPT_UNLOCK] = LUA_UNLOCK,
 	[SK_SCRIPT_ACQUIRE] = LUA_ACQUIRE,
 	[SK_SCRIPT_RENEW] = LUA_RENEW,
+	[SK_SCRIPT_EPOCH] = LUA_EPOCH,
+	[SK_SCRIPT_IDS] = LUA_IDS,
 };
 
 static redisContext *conn = NULL;
@@ -602,6 +604,13 @@ sk_reply_int(const SkReply *r)
 	if (r->type == REDIS_REPLY_STRING)
 		return strtoll(r->str, NULL, 10);
 	return -1;
+}
+
+/* A key of the whole prefix, not of one campaign. */
+char *
+sk_prefix_key(const char *part)
+{
+	return psprintf("%s:%s", seckill_redis_prefix, part);
 }
 
 char *

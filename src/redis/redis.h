@@ -31,6 +31,8 @@ typedef enum SkScript
 	SK_SCRIPT_UNLOCK,
 	SK_SCRIPT_ACQUIRE,
 	SK_SCRIPT_RENEW,
+	SK_SCRIPT_EPOCH,
+	SK_SCRIPT_IDS,
 	SK_NSCRIPTS
 } SkScript;
 
@@ -84,6 +86,7 @@ extern long long sk_reply_int(const SkReply *r);
  * tokens live in its home shard, which also serves its purchases while it
  * has stock; the others lend theirs when it has none.
  */
+extern char *sk_prefix_key(const char *part);
 extern char *sk_campaign_key(int64 campaign_id, const char *part);
 extern char *sk_shard_key(int64 campaign_id, int shard, int nshards, const char *part);
 extern int	sk_home_shard(const char *user_id, int nshards);

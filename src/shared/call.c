@@ -9,12 +9,15 @@
  */
 #include "shared/call.h"
 
+#include "access/xlog.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "shared/shmem.h"
 #include "storage/backendid.h"
 #include "storage/ipc.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
 
@@ -217,11 +220,46 @@ ms_until(TimestampTz deadline)
 	return ms > 0 ? ms : 0;
 }
 
+/*
+ * The worker has never started on this server (it was a standby promoted a
+ * moment ago, or the server has just started): wait for it within the
+ * caller's timeout, unless it cannot connect to its database.
+ */
+static void
+wait_for_first_start(TimestampTz deadline)
+{
+	while (!OidIsValid(seckill_shared->database_id))
+	{
+		if (seckill_shared->connect_failures > 0 || ms_until(deadline) == 0)
+			worker_not_running();
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(ms_until(deadline), 10), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/* Is the worker waiting for a synchronous standby to confirm its commit? */
+static bool
+worker_waits_for_sync_rep(void)
+{
+	PGPROC	   *proc = BackendPidGetProc(seckill_shared->worker_pid);
+
+	return proc != NULL && proc->wait_event_info == WAIT_EVENT_SYNC_REP;
+}
+
 static void
 request_timed_out(const SeckillRequest *request)
 {
 	if (seckill_shared->worker_latch == NULL)
 		worker_not_running();
+	if (worker_waits_for_sync_rep())
+		ereport(ERROR,
+				(errcode(ERRCODE_SECKILL_TIMEOUT),
+				 errmsg("seckill request timed out after %d ms: the worker waits for synchronous replication",
+						seckill_request_timeout),
+				 errdetail("A commit of the worker waits for a standby named in synchronous_standby_names to confirm it."),
+				 errhint("Bring a synchronous standby back or change synchronous_standby_names; once the commit is confirmed, seckill_order() tells a purchase's fate.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_SECKILL_TIMEOUT),
 			 errmsg("seckill request timed out after %d ms", seckill_request_timeout),
@@ -322,10 +360,15 @@ seckill_call(const SeckillRequest *request)
 	Latch	   *worker_latch;
 
 	seckill_check_database();
-	if (!OidIsValid(seckill_shared->database_id))
-		worker_not_running();	/* it never started: nothing to wait for */
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("this server is a standby (in recovery): seckill sells on the primary"),
+				 errhint("Connect to the primary; after a promotion, seckill sells here as soon as its worker has started.")));
 	seckill_backend_prepare();
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_request_timeout);
+	if (!OidIsValid(seckill_shared->database_id))
+		wait_for_first_start(deadline);
 	index = claim_slot(request, deadline, &seq);
 	slot = &seckill_slots[index];
 

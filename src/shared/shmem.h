@@ -37,6 +37,7 @@ extern void seckill_shmem_init(void);
 typedef struct SeckillShared
 {
 	Latch	   *worker_latch;	/* NULL while no worker serves requests */
+	int			worker_pid;		/* its process, while it serves */
 	Oid			database_id;	/* the database the worker serves */
 	pg_atomic_uint32 install_generation;	/* bumped by each CREATE EXTENSION */
 	bool		sales_from_database;	/* Redis unreachable: selling from PostgreSQL alone */

@@ -110,10 +110,14 @@ store_forget_order_ids(void)
 
 /*
  * Order ids for n purchases.  The worker owns blocks of ORDER_ID_BLOCK ids
- * (one nextval each), so most rounds need no transaction for this.
+ * (one nextval each), so most rounds need no transaction for this.  Each
+ * new block is given to record(first, last) before it is used, which
+ * answers 0 (recorded, or could not be: use it) or the highest id already
+ * handed out, which the block does not pass: the sequence then skips past
+ * that id (it lost blocks, to a failover on asynchronous replication).
  */
 void
-store_take_order_ids(int64 *ids, int n)
+store_take_order_ids(int64 *ids, int n, int64 (*record) (int64 first, int64 last))
 {
 	if (last_id - next_id + 1 < n)
 	{
@@ -122,9 +126,22 @@ store_take_order_ids(int64 *ids, int n)
 		{
 			bool		isnull;
 			int64		start;
+			int64		highest;
 
 			run("SELECT pg_catalog.nextval('seckill.order_ids')", 0, NULL, NULL, SPI_OK_SELECT);
 			start = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+			highest = record(start, start + ORDER_ID_BLOCK - 1);
+			if (highest > 0)
+			{
+				Datum		past = Int64GetDatum(highest);
+
+				ereport(LOG,
+						(errmsg("seckill worker skips order ids up to " INT64_FORMAT ": they were handed out before, by this server's sequence before a failover or by another server",
+								highest)));
+				run("SELECT pg_catalog.setval('seckill.order_ids', $1)", 1, (Oid[]) {INT8OID}, &past,
+					SPI_OK_SELECT);
+				continue;
+			}
 			if (start != last_id + 1)
 				next_id = start;
 			last_id = start + ORDER_ID_BLOCK - 1;

@@ -67,7 +67,7 @@ extern bool store_sales_from_database;
 extern void store_begin(const char *activity);
 extern void store_commit(void);
 extern void store_abort(void);
-extern void store_take_order_ids(int64 *ids, int n);
+extern void store_take_order_ids(int64 *ids, int n, int64 (*record) (int64 first, int64 last));
 extern void store_forget_order_ids(void);
 extern void store_commit_orders(SkOrder *orders, int n, bool reserved_in_redis);
 extern int	store_refuse_rebuyers(SkOrder *orders, int n);

@@ -21,6 +21,7 @@
 #include "store/store.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
+#include "worker/epoch.h"
 #include "worker/journal.h"
 #include "worker/lease.h"
 #include "worker/rebuild.h"
@@ -190,7 +191,7 @@ restock(const SkCancelled *c)
 	SkPipeline	p;
 	SkReply    *r;
 	int			nshards = sk_campaign_shards(c->campaign_id);
-	const char **args = palloc(sizeof(char *) * (2 + list_length(c->users)));
+	const char **args = palloc(sizeof(char *) * (3 + list_length(c->users)));
 	int		   *sent = palloc(sizeof(int) * nshards);
 	int		   *sent_qty = palloc(sizeof(int) * nshards);
 	int			nsent = 0,
@@ -206,7 +207,7 @@ restock(const SkCancelled *c)
 	{
 		const char *keys[2] = {sk_shard_key(c->campaign_id, shard, nshards, "meta"),
 		sk_shard_key(c->campaign_id, shard, nshards, "buyers")};
-		int			nargs = 2,
+		int			nargs = 3,
 					qty = 0;
 		ListCell   *lu,
 				   *lq;
@@ -222,6 +223,7 @@ restock(const SkCancelled *c)
 			continue;
 		args[0] = psprintf("%d", qty);
 		args[1] = c->rebuy ? "1" : "0";
+		args[2] = sk_epoch_arg();
 		sk_pipeline_script(&p, SK_SCRIPT_RESTOCK, 2, keys, nargs, args);
 		sent[nsent] = shard;
 		sent_qty[nsent++] = qty;
@@ -233,6 +235,12 @@ restock(const SkCancelled *c)
 		{
 			lost += sent_qty[i];
 			why = r ? r[i].str : sk_redis_error();
+			continue;
+		}
+		/* -2: a newer primary sells it; this one's cancel is on a timeline left behind */
+		if (sk_reply_int(&r[i]) == -2)
+		{
+			sk_epoch_fence("a restock was refused", 0);
 			continue;
 		}
 		seckill_campaign_note_stock(c->campaign_id, sent[i], sk_reply_int(&r[i]));

@@ -21,6 +21,7 @@
 #include "shared/campaign_cache.h"
 #include "shared/stats.h"
 #include "utils/memutils.h"
+#include "worker/epoch.h"
 #include "worker/lease.h"
 
 /*
@@ -30,6 +31,7 @@
  */
 static bool needs_replay = true;
 static uint64 replayed_generation = 0;
+static uint64 checked_generation = 0;
 
 /* Committed orders whose journal entries Redis still holds. */
 static SkOrder *settled = NULL;	/* .home: the shard whose journal holds it */
@@ -117,15 +119,29 @@ replay_shard(int64 id, int shard, int nshards, int *committed, int *compensated)
 	bool	   *active;
 	int			ncommitted = 0,
 				ncompensated = 0;
+	int64		epoch;
+	const char *reason = "not committed: replayed from the Redis journal";
 
 	sk_campaign_keys(id, shard, nshards, keys);
 	sk_pipeline_init(&p);
 	sk_pipeline_add(&p, 2, (const char *[]) {"HGETALL", keys[2]}, NULL);
+	sk_pipeline_add(&p, 4, (const char *[]) {"HMGET", keys[0], "epoch", "stale"}, NULL);
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 		return false;
 	if (r[0].type != REDIS_REPLY_ARRAY)
 		return redis_refused(&r[0], "reading the journal");
+	if (r[1].type != REDIS_REPLY_ARRAY || r[1].elements != 2)
+		return redis_refused(&r[1], "reading the campaign's epoch");
+	/* the journal of a newer primary's campaign is its own to settle */
+	epoch = r[1].element[0].str ? strtoll(r[1].element[0].str, NULL, 10) : 0;
+	if (epoch > strtoll(sk_epoch_arg(), NULL, 10))
+	{
+		sk_epoch_fence("a journal replay", epoch);
+		return false;
+	}
+	if (r[1].element[1].str != NULL)
+		reason = "lost in a failover: not committed on the promoted primary";
 	n = r[0].elements / 2;
 	if (n == 0)
 		return true;
@@ -151,8 +167,7 @@ replay_shard(int64 id, int shard, int nshards, int *committed, int *compensated)
 
 		if (exists[i] || sep == NULL || atoi(entry) == 0)
 			continue;
-		store_log_compensation(ids[i], id, sep + 1, atoi(entry),
-							   "not committed: replayed from the Redis journal");
+		store_log_compensation(ids[i], id, sep + 1, atoi(entry), reason);
 	}
 	store_commit();
 
@@ -169,9 +184,9 @@ replay_shard(int64 id, int shard, int nshards, int *committed, int *compensated)
 		}
 		else
 		{
-			const char *args[2] = {reqid, active[i] ? "keep" : "drop"};
+			const char *args[3] = {reqid, active[i] ? "keep" : "drop", sk_epoch_arg()};
 
-			sk_pipeline_script(&p, SK_SCRIPT_COMPENSATE, 3, keys, 2, args);
+			sk_pipeline_script(&p, SK_SCRIPT_COMPENSATE, 3, keys, 3, args);
 			ncompensated += stock;
 		}
 	}
@@ -249,7 +264,11 @@ sk_journal_ready(void)
 		return false;
 	if (needs_replay || replayed_generation != sk_redis_generation())
 	{
-		if (!replay_all())
+		/* fenced: asked again on a new connection only */
+		if (sk_epoch_fenced() && checked_generation == sk_redis_generation())
+			return false;
+		checked_generation = sk_redis_generation();
+		if (!sk_epoch_check() || !replay_all())
 		{
 			sk_journal_lost();
 			return false;
@@ -259,6 +278,16 @@ sk_journal_ready(void)
 		nsettled = 0;			/* the replay dropped their entries */
 	}
 	return true;
+}
+
+/* Why sk_journal_ready() said no, as a reply. */
+void
+sk_journal_not_ready(SeckillReply *reply)
+{
+	if (sk_epoch_fenced())
+		sk_epoch_reply_fenced(reply);
+	else
+		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
 }
 
 static void
@@ -341,9 +370,9 @@ sk_journal_add_give_back(SkPipeline *p, const SkOrder *order, int shard, bool ke
 		sk_shard_key(order->campaign_id, shard, order->nshards, "buyers"),
 		sk_shard_key(order->campaign_id, shard, order->nshards, "journal")
 	};
-	const char *args[2] = {psprintf(INT64_FORMAT, order->id), keep ? "keep" : "drop"};
+	const char *args[3] = {psprintf(INT64_FORMAT, order->id), keep ? "keep" : "drop", sk_epoch_arg()};
 
-	sk_pipeline_script(p, SK_SCRIPT_COMPENSATE, 3, keys, 2, args);
+	sk_pipeline_script(p, SK_SCRIPT_COMPENSATE, 3, keys, 3, args);
 }
 
 /*

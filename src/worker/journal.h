@@ -9,10 +9,12 @@
 #define SECKILL_JOURNAL_H
 
 #include "redis/redis.h"
+#include "shared/call.h"
 #include "store/store.h"
 
 extern void sk_journal_init(void);
 extern bool sk_journal_ready(void);
+extern void sk_journal_not_ready(SeckillReply *reply);
 extern void sk_journal_lost(void);
 extern bool sk_journal_needs_replay(void);
 extern bool sk_journal_has_settles(void);

@@ -15,6 +15,7 @@
 #include "store/store.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
+#include "worker/epoch.h"
 
 struct SkLease
 {
@@ -46,12 +47,12 @@ sk_lease_take(int64 id, SeckillReply *reply)
 	SkReply    *r;
 	char	   *key = sk_campaign_key(id, "lock");
 	char	   *cluster = psprintf(UINT64_FORMAT ":", GetSystemIdentifier());
-	char	   *token = psprintf("%s%d:" INT64_FORMAT ":" UINT64_FORMAT,
-								 cluster, MyProcPid, MyStartTimestamp, ++lock_counter);
-	const char *args[3] = {token, psprintf("%d", seckill_lock_lease), cluster};
+	char	   *token = psprintf("%stl%s:%d:" INT64_FORMAT ":" UINT64_FORMAT,
+								 cluster, sk_epoch_arg(), MyProcPid, MyStartTimestamp, ++lock_counter);
+	const char *args[4] = {token, psprintf("%d", seckill_lock_lease), cluster, sk_epoch_arg()};
 
 	sk_pipeline_init(&p);
-	sk_pipeline_script(&p, SK_SCRIPT_LOCK, 1, (const char **) &key, 3, args);
+	sk_pipeline_script(&p, SK_SCRIPT_LOCK, 1, (const char **) &key, 4, args);
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 	{
@@ -66,7 +67,7 @@ sk_lease_take(int64 id, SeckillReply *reply)
 	if (sk_reply_int(&r[0]) != 1)
 	{
 		seckill_reply_error(reply, SK_ERR_LOCKED,
-					   "campaign " INT64_FORMAT " is locked by another PostgreSQL cluster sharing this Redis (key %s)",
+					   "campaign " INT64_FORMAT " is locked by another PostgreSQL cluster sharing this Redis, or by a newer primary of this one (key %s)",
 					   id, key);
 		return NULL;
 	}

@@ -17,6 +17,7 @@
 #include "shared/shmem.h"
 #include "shared/stats.h"
 #include "store/store.h"
+#include "worker/epoch.h"
 #include "worker/journal.h"
 
 /* The install_generation our order ids belong to. */
@@ -30,7 +31,7 @@ take_order_ids(int64 *ids, int n)
 		seen_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
 		store_forget_order_ids();
 	}
-	store_take_order_ids(ids, n);
+	store_take_order_ids(ids, n, sk_epoch_record_ids);
 }
 
 static SeckillStatus
@@ -111,6 +112,18 @@ sk_purchase_from_database(RoundItem **items, int n)
 	}
 }
 
+/*
+ * A script refused the purchase: a newer primary sells the campaign.  The
+ * worker stops selling; what Redis holds is the newer primary's to settle.
+ */
+static void
+fenced(RoundItem *item, const SkReply *r)
+{
+	sk_epoch_fence("a purchase was refused", sk_reply_int(&r->element[1]));
+	sk_journal_lost();
+	sk_epoch_reply_fenced(&item->reply);
+}
+
 /* buy.lua for one purchase, in its home shard. */
 static void
 add_buy(SkPipeline *p, const SeckillRequest *req, const SkOrder *order)
@@ -128,16 +141,17 @@ add_buy(SkPipeline *p, const SeckillRequest *req, const SkOrder *order)
 		sk_shard_key(id, home, nshards, psprintf("rate:" INT64_FORMAT ":a:%s", instance, req->client_addr)),
 		sk_shard_key(id, home, nshards, psprintf("token:%s", req->token_nonce))
 	};
-	const char *args[6] = {
+	const char *args[7] = {
 		req->user_id,
 		psprintf("%d", req->qty),
 		psprintf(INT64_FORMAT, order->id),
 		req->token_nonce[0] ? psprintf(INT64_FORMAT, req->token_expiry) : "",
 		req->client_addr[0] ? "1" : "",
-		nshards > 1 ? "1" : ""
+		nshards > 1 ? "1" : "",
+		sk_epoch_arg()
 	};
 
-	sk_pipeline_script(p, SK_SCRIPT_BUY, 6, keys, 6, args);
+	sk_pipeline_script(p, SK_SCRIPT_BUY, 6, keys, 7, args);
 }
 
 /* A purchase of a round, with what Redis has said of it so far. */
@@ -185,8 +199,8 @@ take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccept
 			int			shard = (o->home + step) % o->nshards;
 			const char *keys[2] = {sk_shard_key(o->campaign_id, shard, o->nshards, "meta"),
 			sk_shard_key(o->campaign_id, shard, o->nshards, "journal")};
-			const char *args[3] = {psprintf(INT64_FORMAT, o->id), psprintf("%d", o->qty),
-			o->user_id};
+			const char *args[4] = {psprintf(INT64_FORMAT, o->id), psprintf("%d", o->qty),
+			o->user_id, sk_epoch_arg()};
 
 			if (step >= o->nshards)
 			{
@@ -196,7 +210,7 @@ take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccept
 				continue;
 			}
 			o->stock_shard = shard;
-			sk_pipeline_script(&p, SK_SCRIPT_TAKE, 2, keys, 3, args);
+			sk_pipeline_script(&p, SK_SCRIPT_TAKE, 2, keys, 4, args);
 			pending[nsent++] = pending[i];
 		}
 		if (nsent == 0)
@@ -222,6 +236,12 @@ take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccept
 			{
 				seckill_reply_error(&pending[i].item->reply, SK_ERR_REDIS_REFUSED,
 							   "the stock script failed: %s", r[i].str ? r[i].str : "unexpected reply");
+				done[ndone++] = pending[i];
+				continue;
+			}
+			if (strcmp(status, "fenced") == 0)
+			{
+				fenced(pending[i].item, &r[i]);
 				done[ndone++] = pending[i];
 				continue;
 			}
@@ -311,6 +331,12 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 		{
 			seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "the purchase script failed: %s",
 						   r->str ? r->str : "unexpected reply");
+			sk_answer(items[i]);
+			continue;
+		}
+		if (strcmp(r->element[0].str, "fenced") == 0)
+		{
+			fenced(items[i], r);
 			sk_answer(items[i]);
 			continue;
 		}

@@ -25,6 +25,7 @@
 #include "shared/campaign_cache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
+#include "worker/epoch.h"
 #include "worker/journal.h"
 #include "worker/lease.h"
 
@@ -452,7 +453,7 @@ load(Rebuild *r, SeckillReply *reply, bool *again)
 	SkPipeline	p;
 	SkReply    *replies;
 	const char *keys[4];
-	const char *args[6 + SK_LIMIT_ARGS];
+	const char *args[7 + SK_LIMIT_ARGS];
 	int			stock;
 	int64		buyers = 0;
 	bool		found;
@@ -482,7 +483,8 @@ load(Rebuild *r, SeckillReply *reply, bool *again)
 		args[3] = psprintf("%d", row.per_user_limit);
 		args[4] = "open";
 		args[5] = psprintf(INT64_FORMAT, r->staged[shard]);
-		sk_pipeline_script(&p, SK_SCRIPT_LOAD, 4, keys, 6 + sk_limit_args(&row.limits, &args[6]), args);
+		args[6] = sk_epoch_arg();
+		sk_pipeline_script(&p, SK_SCRIPT_LOAD, 4, keys, 7 + sk_limit_args(&row.limits, &args[7]), args);
 	}
 	replies = sk_pipeline_exec(&p);
 	if (replies == NULL)
@@ -504,6 +506,12 @@ load(Rebuild *r, SeckillReply *reply, bool *again)
 							r->campaign_id, replies[shard].str)));
 			*again = true;
 			return restart(r, reply);
+		}
+		if (strncmp(replies[shard].str, "SECKILL_FENCED", 14) == 0)
+		{
+			sk_epoch_fence("a load was refused", 0);
+			sk_epoch_reply_fenced(reply);
+			return false;
 		}
 		seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "loading campaign " INT64_FORMAT " into Redis failed: %s",
 							r->campaign_id, replies[shard].str);
@@ -642,7 +650,7 @@ sk_rebuild_step(void)
 	r->deferred = drop_given_up(r->deferred);
 	if (!sk_journal_ready())
 	{
-		seckill_reply_error(&reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		sk_journal_not_ready(&reply);
 		ended = true;
 	}
 	else

@@ -37,6 +37,7 @@
 #include "utils/memutils.h"
 #include "utils/timeout.h"
 #include "worker/campaign_admin.h"
+#include "worker/epoch.h"
 #include "worker/journal.h"
 #include "worker/lease.h"
 #include "worker/lock_keeper.h"
@@ -224,7 +225,7 @@ serve_admin(const SeckillRequest *request, SeckillReply *reply)
 	if ((kind->redis == MAIN_REDIS || (kind->redis == LOCK_REDIS && !sk_redlock_enabled())) &&
 		!sk_journal_ready())
 	{
-		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		sk_journal_not_ready(reply);
 		return;
 	}
 	PG_TRY();
@@ -340,7 +341,15 @@ serve_purchases(RoundItem **buys, int n)
 		return;
 	if (!through_redis)
 	{
-		if (seckill_redis_unavailable == SK_UNAVAILABLE_DATABASE || seckill_shared->sales_from_database)
+		/* a primary left behind by a failover never sells, not even from PostgreSQL */
+		if (sk_epoch_fenced())
+		{
+			SeckillReply fenced = {0};
+
+			sk_epoch_reply_fenced(&fenced);
+			sk_fail_all(buys, nserved, fenced.status, fenced.message);
+		}
+		else if (seckill_redis_unavailable == SK_UNAVAILABLE_DATABASE || seckill_shared->sales_from_database)
 		{
 			/*
 			 * Campaigns rebuilt so far while leaving database mode go stale
@@ -356,6 +365,17 @@ serve_purchases(RoundItem **buys, int n)
 	sk_purchase_round(buys, nserved, rebuild, &nrebuild);
 	for (int i = 0; i < nrebuild; i++)
 		sk_rebuild_lost(rebuild[i]);
+}
+
+/* A promotion marked the preheated campaigns stale: rebuild them. */
+static void
+rebuild_stale_campaigns(void)
+{
+	const int64 *ids;
+	int			n = sk_epoch_stale_campaigns(&ids);
+
+	for (int i = 0; i < n; i++)
+		sk_rebuild_lost(ids[i]);
 }
 
 /*
@@ -464,6 +484,8 @@ load_campaign_cache(void)
 static void
 pin_environment(void)
 {
+	/* remote_apply, where set, is more durable still: kept (read before the first pin) */
+	static const char *commit_level = NULL;
 	static const char *const pinned[][2] = {
 		{"search_path", ""},
 		{"default_transaction_isolation", "read committed"},
@@ -472,8 +494,6 @@ pin_environment(void)
 		{"session_replication_role", "origin"},
 		{"exit_on_error", "off"},
 		{"transform_null_equals", "off"},
-		/* "ok" means committed: nothing may make a commit less durable */
-		{"synchronous_commit", "on"},
 		/* armed per transaction by store_begin, from seckill.worker_statement_timeout */
 		{"statement_timeout", "0"},
 		{"idle_in_transaction_session_timeout", "0"},
@@ -481,6 +501,11 @@ pin_environment(void)
 
 	for (int i = 0; i < lengthof(pinned); i++)
 		SetConfigOption(pinned[i][0], pinned[i][1], PGC_SUSET, PGC_S_OVERRIDE);
+	/* "ok" means committed: nothing may make a commit less durable */
+	if (commit_level == NULL)
+		commit_level = strcmp(GetConfigOption("synchronous_commit", false, false), "remote_apply") == 0 ?
+			"remote_apply" : "on";
+	SetConfigOption("synchronous_commit", commit_level, PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("lock_timeout", psprintf("%d", seckill_worker_lock_timeout),
 					PGC_SUSET, PGC_S_OVERRIDE);
 }
@@ -628,6 +653,7 @@ seckill_worker_main(Datum main_arg)
 	MemoryContextSwitchTo(round_cxt);
 
 	seckill_shared->database_id = MyDatabaseId;
+	seckill_shared->worker_pid = MyProcPid;
 	seckill_shared->worker_latch = MyLatch;
 	ereport(LOG, (errmsg("seckill worker started for database \"%s\"", seckill_database)));
 
@@ -656,6 +682,7 @@ seckill_worker_main(Datum main_arg)
 			(void) sql_current();
 		if (sk_journal_needs_replay())
 			(void) sk_journal_ready();
+		rebuild_stale_campaigns();
 		/* Redis is back after sales from PostgreSQL alone: rebuild it before it sells */
 		if (seckill_shared->sales_from_database && sk_journal_ready())
 			(void) leave_database_mode();

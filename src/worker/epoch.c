@@ -1,0 +1,185 @@
+/*-------------------------------------------------------------------------
+ *
+ * epoch.c
+ *		Who sells through this Redis: the PostgreSQL timeline.
+ *
+ * The worker's epoch is the timeline it writes on.  Redis keeps the newest
+ * one under the key prefix, and every campaign it loads carries the epoch
+ * that loaded it.  A promoted standby (a newer timeline) takes the prefix
+ * over and marks every preheated campaign stale: each is rebuilt from
+ * PostgreSQL before it sells again, its journal settled against the
+ * promoted primary's orders.  A primary left behind by a failover (an older
+ * timeline, restarted on its own or cut off while it ran) is fenced: the
+ * scripts refuse its purchases, give-backs, restocks and loads, and the
+ * worker stops selling, replaying and reconciling until it restarts.
+ *
+ * Order ids: each block is recorded in Redis before its first id is used.
+ * A promoted primary whose sequence lost the last blocks to asynchronous
+ * replication skips past them, so an id once answered is never another
+ * user's.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "worker/epoch.h"
+
+#include "access/xlog.h"
+#include "redis/redis.h"
+#include "store/store.h"
+#include "utils/memutils.h"
+
+static TimeLineID timeline = 0;
+static char epoch_arg[16];
+
+/* Set when Redis records a newer epoch than ours. */
+static int64 fenced_by = 0;
+
+/* The campaigns a take-over marked stale, for the worker to rebuild. */
+static int64 *taken_over = NULL;
+static int	ntaken_over = 0;
+
+/* Our timeline, as the scripts' epoch argument. */
+const char *
+sk_epoch_arg(void)
+{
+	if (timeline == 0)
+	{
+		timeline = GetWALInsertionTimeLine();
+		snprintf(epoch_arg, sizeof(epoch_arg), "%u", timeline);
+	}
+	return epoch_arg;
+}
+
+bool
+sk_epoch_fenced(void)
+{
+	return fenced_by != 0;
+}
+
+/* A script said a newer primary sells through this Redis. */
+void
+sk_epoch_fence(const char *what, int64 newer)
+{
+	if (fenced_by != 0)
+		return;
+	fenced_by = Max(newer, (int64) timeline + 1);
+	ereport(WARNING,
+			(errmsg("seckill worker stops selling: timeline %u is older than timeline " INT64_FORMAT ", which sells through this Redis (%s)",
+					timeline, fenced_by, what),
+			 errhint("This server was the primary before a failover. Rejoin it as a standby of the new primary (pg_rewind), or give it its own seckill.redis_prefix.")));
+}
+
+void
+sk_epoch_reply_fenced(SeckillReply *reply)
+{
+	reply->status = SK_ERR_FENCED;
+	snprintf(reply->message, sizeof(reply->message),
+			 "seckill does not sell on this server: its timeline %u is older than timeline " INT64_FORMAT ", which sells through this Redis since a failover",
+			 timeline, fenced_by);
+}
+
+/*
+ * A newer timeline than Redis knows: mark every preheated campaign stale (in
+ * each of its shards), so that neither an older primary nor this one sells
+ * it before it is rebuilt; sk_epoch_stale_campaigns() hands them over.
+ */
+static bool
+take_over(int64 recorded)
+{
+	List	   *rows = store_preheated_campaigns();
+	ListCell   *lc;
+	SkPipeline	p;
+
+	sk_pipeline_init(&p);
+	foreach(lc, rows)
+	{
+		SkCampaignRow *row = lfirst(lc);
+		int			nshards = Max(row->limits.shards, 1);
+
+		for (int shard = 0; shard < nshards; shard++)
+			sk_pipeline_add(&p, 6, (const char *[]) {"HSET", sk_shard_key(row->id, shard, nshards, "meta"),
+								"epoch", sk_epoch_arg(), "stale", "1"}, NULL);
+	}
+	if (p.count > 0 && sk_pipeline_exec(&p) == NULL)
+		return false;
+	if (taken_over != NULL)
+		pfree(taken_over);
+	taken_over = MemoryContextAlloc(TopMemoryContext, sizeof(int64) * (list_length(rows) + 1));
+	ntaken_over = 0;
+	foreach(lc, rows)
+		taken_over[ntaken_over++] = ((SkCampaignRow *) lfirst(lc))->id;
+	ereport(LOG,
+			(errmsg("seckill worker takes this Redis over on timeline %u from timeline " INT64_FORMAT ": %d preheated campaign(s) are rebuilt from PostgreSQL before they sell again",
+					timeline, recorded, list_length(rows))));
+	return true;
+}
+
+/* The campaigns the last take-over marked stale, handed out once: to be rebuilt. */
+int
+sk_epoch_stale_campaigns(const int64 **ids)
+{
+	int			n = ntaken_over;
+
+	*ids = taken_over;
+	ntaken_over = 0;
+	return n;
+}
+
+/*
+ * Once per Redis connection, before its journals are replayed: record our
+ * epoch, or learn that a newer primary sells through this Redis.  False
+ * when fenced or when Redis failed.
+ */
+bool
+sk_epoch_check(void)
+{
+	SkPipeline	p;
+	SkReply    *r;
+	const char *key = sk_prefix_key("epoch");
+	int64		recorded;
+
+	sk_pipeline_init(&p);
+	sk_pipeline_script(&p, SK_SCRIPT_EPOCH, 1, &key, 1, (const char *[]) {sk_epoch_arg()});
+	r = sk_pipeline_exec(&p);
+	if (r == NULL)
+		return false;
+	if (r[0].type != REDIS_REPLY_INTEGER)
+	{
+		sk_redis_disconnect(psprintf("Redis refused seckill's epoch script: %s",
+									 r[0].str ? r[0].str : "unexpected reply"));
+		return false;
+	}
+	recorded = r[0].integer;
+	fenced_by = 0;
+	if (recorded > (int64) timeline)
+	{
+		sk_epoch_fence("recorded in Redis", recorded);
+		return false;
+	}
+	if (recorded != 0 && recorded < (int64) timeline)
+		return take_over(recorded);
+	return true;
+}
+
+/*
+ * Record the block of order ids [first, last] in Redis before it is used.
+ * Returns the highest id Redis has seen when the block is not past it (the
+ * sequence skips past it), else 0: recorded, or Redis failed (the ids are
+ * used all the same: sales from PostgreSQL alone go on without Redis).
+ */
+int64
+sk_epoch_record_ids(int64 first, int64 last)
+{
+	SkPipeline	p;
+	SkReply    *r;
+	const char *key = sk_prefix_key("order-ids");
+
+	if (!sk_redis_connect())
+		return 0;
+	sk_pipeline_init(&p);
+	sk_pipeline_script(&p, SK_SCRIPT_IDS, 1, &key, 2,
+					   (const char *[]) {psprintf(INT64_FORMAT, first), psprintf(INT64_FORMAT, last)});
+	r = sk_pipeline_exec(&p);
+	if (r == NULL || r[0].type != REDIS_REPLY_INTEGER)
+		return 0;
+	return r[0].integer;
+}

@@ -1,0 +1,22 @@
+/*-------------------------------------------------------------------------
+ *
+ * epoch.h
+ *		Who sells through this Redis after a PostgreSQL failover: epochs,
+ *		fencing, and order ids that are never handed out twice.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SECKILL_EPOCH_H
+#define SECKILL_EPOCH_H
+
+#include "shared/call.h"
+
+extern const char *sk_epoch_arg(void);
+extern bool sk_epoch_check(void);
+extern bool sk_epoch_fenced(void);
+extern void sk_epoch_fence(const char *what, int64 newer);
+extern void sk_epoch_reply_fenced(SeckillReply *reply);
+extern int64 sk_epoch_record_ids(int64 first, int64 last);
+extern int	sk_epoch_stale_campaigns(const int64 **ids);
+
+#endif							/* SECKILL_EPOCH_H */

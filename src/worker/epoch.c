@@ -80,7 +80,9 @@ sk_epoch_reply_fenced(SeckillReply *reply)
 /*
  * A newer timeline than Redis knows: mark every preheated campaign stale (in
  * each of its shards), so that neither an older primary nor this one sells
- * it before it is rebuilt; sk_epoch_stale_campaigns() hands them over.
+ * it before it is rebuilt; sk_epoch_stale_campaigns() hands them over.  The
+ * buyers Redis counted that PostgreSQL has no order of are logged: mostly
+ * purchases the old primary answered that never reached this one.
  */
 static bool
 take_over(int64 recorded)
@@ -88,6 +90,8 @@ take_over(int64 recorded)
 	List	   *rows = store_preheated_campaigns();
 	ListCell   *lc;
 	SkPipeline	p;
+	SkReply    *r;
+	int			reply = 0;
 
 	sk_pipeline_init(&p);
 	foreach(lc, rows)
@@ -96,10 +100,31 @@ take_over(int64 recorded)
 		int			nshards = Max(row->limits.shards, 1);
 
 		for (int shard = 0; shard < nshards; shard++)
+		{
 			sk_pipeline_add(&p, 6, (const char *[]) {"HSET", sk_shard_key(row->id, shard, nshards, "meta"),
 								"epoch", sk_epoch_arg(), "stale", "1"}, NULL);
+			sk_pipeline_add(&p, 2, (const char *[]) {"SCARD", sk_shard_key(row->id, shard, nshards, "buyers")}, NULL);
+		}
 	}
-	if (p.count > 0 && sk_pipeline_exec(&p) == NULL)
+	if (p.count > 0 && (r = sk_pipeline_exec(&p)) != NULL)
+	{
+		store_begin("seckill: count buyers");
+		foreach(lc, rows)
+		{
+			SkCampaignRow *row = lfirst(lc);
+			int64		in_redis = 0,
+						in_postgres = store_buyer_count(row->id, row->rebuy_after_cancel);
+
+			for (int shard = 0; shard < Max(row->limits.shards, 1); shard++, reply += 2)
+				in_redis += r[reply + 1].type == REDIS_REPLY_INTEGER ? r[reply + 1].integer : 0;
+			if (in_redis > in_postgres)
+				ereport(LOG,
+						(errmsg("seckill worker found " INT64_FORMAT " buyer(s) of campaign " INT64_FORMAT " (\"%s\") in Redis without an order here: purchases the old primary answered that did not reach this server, or are still in its journal",
+								in_redis - in_postgres, row->id, row->goods)));
+		}
+		store_commit();
+	}
+	else if (p.count > 0)
 		return false;
 	if (taken_over != NULL)
 		pfree(taken_over);

@@ -1,0 +1,325 @@
+#!/usr/bin/env bash
+# PostgreSQL failover under a sale, on a primary and standby of our own (made
+# with pg_basebackup -R) that share the suite's Redis under their own key
+# prefix; the standby replicates through a TCP relay (socat) that is frozen
+# with SIGSTOP to stall the link.  A client outside PostgreSQL logs every
+# answer, so that acknowledged orders lost by the failover can be counted.
+#  1. async: the link stalls 2 s, the primary stops at once, the standby is
+#     promoted and sells on: no acked order id goes to another user, Redis
+#     agrees with the new primary without a reconcile, the lost reservations
+#     are logged as compensations, the invariants hold, a fresh sale works;
+#  2. the old primary restarted on its own next to the same Redis refuses to
+#     sell (55P03, pg_rewind in the hint) and leaves Redis alone;
+#  3. a standby says at once that it is in recovery;
+#  4. sync: a new standby with synchronous_standby_names = '*', the same
+#     crash: no acked order is lost; the cost in throughput is printed.
+set -uo pipefail
+# shellcheck source=test/t/tap.sh
+. "$(dirname "$0")/tap.sh"
+
+# Below 32768, the start of the kernel's range of ephemeral ports: an outgoing
+# connection never takes one of them first.  Derived from the suite's port, so
+# that runs on other ports do not collide.
+base=${SECKILL_FAILOVER_PORT:-$((PGPORT % 10000 + 20000))}
+primary_port=$base
+standby_port=$((base + 1))
+relay_port=$((base + 2))
+sync_port=$((base + 3))
+prefix="failover$$"
+work=$(mktemp -d -p "$SECKILL_TMP" failover.XXXXXX)
+chown postgres: "$work"
+client=
+relay=
+
+# socat forks a process per connection: signal them all
+relay_signal() { kill "-$1" "$relay" $(pgrep -P "$relay") 2>/dev/null; }
+cleanup() {
+	[ -n "$client" ] && kill "$client" 2>/dev/null && wait "$client"
+	[ -n "$relay" ] && relay_signal KILL
+	local dir
+	for dir in primary standby sync; do
+		[ -f "$work/$dir/postmaster.pid" ] && pgctl "$dir" -w -m immediate stop >/dev/null 2>&1
+	done
+	redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" --scan --pattern "$prefix:*" |
+		xargs -r redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" del >/dev/null
+	[ "${SECKILL_KEEP:-0}" = 1 ] || rm -rf "$work"
+}
+trap cleanup EXIT
+
+at() { # at port psql-arguments...
+	local port=$1
+	shift
+	psql -XAtq -h 127.0.0.1 -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"
+}
+val() { at "$1" -c "$2"; }
+pgctl() { # pgctl server pg_ctl-arguments...
+	local dir=$1
+	shift
+	seckill_as_postgres pg_ctl -D "$work/$dir" -l "$work/$dir.log" "$@"
+}
+ready() { pg_isready -q -h 127.0.0.1 -p "$1"; }
+now_ms() { date +%s%3N; }
+lsn_diff() { val "$primary_port" "SELECT pg_wal_lsn_diff('$1', '$2')::bigint"; }
+logs() {
+	local f
+	for f in "$work"/*.log; do
+		[ -s "$f" ] && diag "----- last lines of $f -----" "$(tail -n 25 "$f")"
+	done
+}
+finish() {
+	[ "$TAP_FAILED" -gt 0 ] && logs
+	done_testing
+}
+
+for port in "$primary_port" "$standby_port" "$relay_port" "$sync_port"; do
+	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+		echo "Bail out! port $port is in use (set SECKILL_FAILOVER_PORT)"
+		exit 255
+	fi
+done
+
+# standby name source_port port: a base backup of the server on source_port,
+# started as its standby on port
+standby() {
+	seckill_as_postgres pg_basebackup -h 127.0.0.1 -p "$2" -U postgres -D "$work/$1" \
+		-R -X stream -c fast >"$work/$1-basebackup.out" 2>&1 || return 1
+	echo "port = $3" >>"$work/$1/postgresql.conf"
+	pgctl "$1" -w start >/dev/null && seckill_wait_for "ready $3" 30
+}
+
+# answers/s of a client over a window of its steady load
+throughput() {
+	local n0 t0 n1
+	n0=$(wc -l <"$1")
+	t0=$(now_ms)
+	sleep 2 # the window
+	n1=$(wc -l <"$1")
+	echo $(((n1 - n0) * 1000 / ($(now_ms) - t0)))
+}
+oks() { grep -c ' ok ' "$1"; }
+oks_after() { tail -n +"$(($2 + 1))" "$1" | grep -c ' ok '; }
+
+# sale name goods dsn...: the client in the background, 24 threads, its log
+# $work/name.answers; stop_sale ends it
+sale() {
+	local name=$1 goods=$2
+	shift 2
+	rm -f "$work/stop"
+	: >"$work/$name.answers"
+	/usr/bin/python3 "$SECKILL_ROOT/test/t/failover_client.py" "$work/$name.answers" "$goods" 24 120 \
+		"$work/stop" "$@" 2>"$work/$name.client.err" &
+	client=$!
+}
+stop_sale() {
+	touch "$work/stop"
+	wait "$client"
+	client=
+}
+dsn() { echo "host=127.0.0.1 port=$1 user=postgres dbname=postgres"; }
+
+# load name port: the client's log into table answers_<name> on that server
+load() {
+	at "$2" <<SQL
+CREATE TABLE answers_$1 (line serial, user_id text, status text, order_id text);
+\copy answers_$1 (user_id, status, order_id) FROM '$work/$1.answers' WITH (DELIMITER ' ')
+SQL
+}
+statuses() {
+	awk '{ print $2 == "error" ? "error " $3 : $2 }' "$1" | sort | uniq -c |
+		awk '{ printf "%s%s %s", sep, $2 ($3 == "" ? "" : " " $3), $1; sep = ", " }'
+}
+# Redis as PostgreSQL says: stock = total - sold, one buyer per active order
+agrees() {
+	val "$1" "SELECT s.redis_stock = s.pg_stock AND s.redis_buyers = (SELECT count(*) FROM seckill.orders o
+		WHERE o.campaign_id = s.campaign_id AND o.status <> 'cancelled') FROM seckill_status('$2') s" 2>/dev/null
+}
+figures() {
+	val "$1" "SELECT 'sold ' || sold || ', pg_stock ' || pg_stock || ', redis_stock ' || redis_stock
+		|| ', redis_buyers ' || redis_buyers || ', in_flight ' || in_flight || ', active orders '
+		|| (SELECT count(*) FROM seckill.orders o WHERE o.campaign_id = s.campaign_id AND o.status <> 'cancelled')
+		FROM seckill_status('$2') s" 2>&1
+}
+
+# The primary, and its standby behind the relay
+seckill_as_postgres initdb -D "$work/primary" -U postgres --auth=trust \
+	-E UTF8 --locale=C.UTF-8 --no-sync >"$work/initdb.out" 2>&1
+{
+	echo "listen_addresses = '127.0.0.1'"
+	echo "port = $primary_port"
+	echo "unix_socket_directories = '$work'"
+	echo "shared_preload_libraries = 'seckill'"
+	echo "seckill.redis_host = '127.0.0.1'"
+	echo "seckill.redis_port = $SECKILL_REDIS_PORT"
+	echo "seckill.redis_prefix = '$prefix'"
+	echo "wal_level = replica"
+	echo "max_wal_senders = 10"
+	echo "hot_standby = on"
+	echo "logging_collector = off"
+	echo "log_min_messages = info"
+} >>"$work/primary/postgresql.conf"
+pgctl primary -w start >/dev/null && seckill_wait_for "ready $primary_port" 30
+ok "[ $? -eq 0 ]" "a primary of our own on port $primary_port, Redis prefix $prefix" || finish
+val "$primary_port" "CREATE EXTENSION seckill" >/dev/null
+
+socat TCP-LISTEN:"$relay_port",bind=127.0.0.1,reuseaddr,fork TCP:127.0.0.1:"$primary_port" &
+relay=$!
+seckill_wait_for "(exec 3<>/dev/tcp/127.0.0.1/$relay_port) 2>/dev/null" 10
+standby standby "$relay_port" "$standby_port"
+ok "[ $? -eq 0 ]" "its standby on port $standby_port, replicating through a relay on port $relay_port" ||
+	{ diag "$(cat "$work/standby-basebackup.out")"; finish; }
+seckill_wait_for "[ \"\$(val $primary_port \"SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'\")\" = 1 ]" 30
+ok "[ $? -eq 0 ]" "the standby streams" || finish
+
+goods="failover-async-$$"
+val "$primary_port" "SELECT seckill_campaign_create('$goods', 1000000)" >/dev/null
+is "$(val "$primary_port" "SELECT seckill_preheat('$goods')")" 1000000 "a campaign of 1,000,000, preheated" || finish
+cid=$(val "$primary_port" "SELECT id FROM seckill.campaigns WHERE goods = '$goods'")
+seckill_wait_for "[ \"\$(val $standby_port \"SELECT state FROM seckill.campaigns WHERE id = $cid\")\" = preheated ]" 30
+
+# 3. On a standby, an answer at once that says why
+started=$(now_ms)
+standby_answer=$(at "$standby_port" -v VERBOSITY=verbose -c "SELECT * FROM seckill_buy('standby-1', '$goods')" 2>&1)
+took=$(($(now_ms) - started))
+diag "on the standby (${took} ms): $standby_answer"
+grep -qiE 'recovery|standby' <<<"$standby_answer"
+ok "[ $? -eq 0 ]" \
+	"on a standby, seckill_buy says the server is in recovery (a standby)"
+ok "[ $took -lt 1000 ]" "and says it at once ($took ms)"
+
+# 1. Async: the link stalls, the primary dies, the standby is promoted
+sale async "$goods" "$(dsn "$primary_port")" "$(dsn "$standby_port")"
+seckill_wait_for "[ \$(oks '$work/async.answers') -ge 2000 ]" 30
+ok "[ $? -eq 0 ]" "async: the sale is under way" || finish
+async_rate=$(throughput "$work/async.answers")
+
+relay_signal STOP
+lag() {
+	lsn_diff "$(val "$primary_port" "SELECT pg_current_wal_lsn()")" \
+		"$(val "$standby_port" "SELECT pg_last_wal_replay_lsn()")"
+}
+seckill_wait_for "[ \$(lag) -ge 1048576 ]" 15
+ok "[ $? -eq 0 ]" "async: the relay stalled, the standby falls behind"
+stall_replay=$(val "$standby_port" "SELECT pg_last_wal_replay_lsn()")
+stall_primary=$(val "$primary_port" "SELECT pg_current_wal_lsn()")
+# A sequence logs 32 values ahead, so a standby knows 32 blocks of order ids
+# past the last it replayed; 40 more blocks on the primary alone put the ids
+# the worker answers with from now on beyond what the standby's sequence knows.
+val "$primary_port" "SELECT count(nextval('seckill.order_ids')) FROM generate_series(1, 40)" >/dev/null
+sleep 2 # the stall
+end_replay=$(val "$standby_port" "SELECT pg_last_wal_replay_lsn()")
+end_primary=$(val "$primary_port" "SELECT pg_current_wal_lsn()")
+ok "[ '$end_replay' = '$stall_replay' ] && [ \$(lsn_diff '$end_primary' '$stall_primary') -gt 0 ]" \
+	"async: during the 2 s stall the standby replays nothing while the primary writes on"
+diag "async: at the crash the standby is $(lsn_diff "$end_primary" "$end_replay") bytes of WAL behind"
+
+pgctl primary -m immediate stop >/dev/null
+ok "[ $? -eq 0 ]" "async: the primary stopped at once (immediate)"
+pgctl standby -w promote >/dev/null &&
+	seckill_wait_for "[ \"\$(val $standby_port 'SELECT pg_is_in_recovery()' 2>/dev/null)\" = f ]" 30
+ok "[ $? -eq 0 ]" "async: the standby is promoted" || finish
+{
+	relay_signal KILL
+	wait "$relay"
+} 2>/dev/null
+relay=
+promoted_line=$(wc -l <"$work/async.answers")
+seckill_wait_for "[ \$(oks_after '$work/async.answers' $promoted_line) -ge 2000 ]" 30
+ok "[ $? -eq 0 ]" "async: the clients buy on from the new primary"
+stop_sale
+diag "async: answers $(statuses "$work/async.answers")" \
+	"  after the promotion: $(tail -n +"$((promoted_line + 1))" "$work/async.answers" | statuses /dev/stdin)"
+
+new=$standby_port
+load async "$new"
+is "$(val "$new" "SELECT count(*) FROM answers_async a JOIN seckill.orders o ON o.id = a.order_id::bigint
+	WHERE a.status = 'ok' AND o.user_id <> a.user_id")" 0 \
+	"async: no acked order id belongs to another user on the new primary"
+ok "grep -q 'seckill worker skips order ids up to' '$work/standby.log'" \
+	"async: the new primary's sequence skipped the ids the old one handed out ($(grep -o 'skips order ids up to [0-9]*' "$work/standby.log" | head -1))"
+# line: the answer's line in the client's log
+lost() {
+	val "$new" "SELECT count(*) FROM answers_async a WHERE a.status = 'ok' AND $1 AND NOT EXISTS
+		(SELECT 1 FROM seckill.orders o WHERE o.campaign_id = $cid AND o.user_id = a.user_id)"
+}
+lost=$(lost "a.line <= $promoted_line")
+diag "async: the failover lost $lost of the old primary's $(head -n "$promoted_line" "$work/async.answers" |
+	oks /dev/stdin) acks"
+is "$(lost "a.line > $promoted_line")" 0 \
+	"async: each of the new primary's $(oks_after "$work/async.answers" "$promoted_line") acks has its order"
+seckill_wait_for "[ \"\$(agrees $new '$goods')\" = t ]" 30
+ok "[ $? -eq 0 ]" "async: Redis agrees with the new primary without a reconcile"
+diag "async: $(figures "$new" "$goods")"
+failover_comp=$(val "$new" "SELECT count(*) FROM seckill.compensations
+	WHERE campaign_id = $cid AND reason ILIKE '%failover%'")
+diag "async: $failover_comp compensations for the failover; reasons:" \
+	"$(val "$new" "SELECT coalesce(string_agg(reason || ' ' || n, ', '), 'none') FROM (SELECT reason, count(*) n
+		FROM seckill.compensations WHERE campaign_id = $cid GROUP BY 1) r")"
+ok "[ $lost -eq 0 ] || [ $failover_comp -ge 1 ]" "async: the reservations the failover lost are logged as compensations"
+is "$(val "$new" "SELECT c.sold <= c.total_stock AND coalesce(sum(o.qty), 0) = c.sold FROM seckill.campaigns c
+	LEFT JOIN seckill.orders o ON o.campaign_id = c.id AND o.status <> 'cancelled' WHERE c.id = $cid GROUP BY c.id")" t \
+	"async: no oversell on the new primary (sum of active orders = sold <= stock)"
+is "$(val "$new" "SELECT count(*) FROM (SELECT 1 FROM seckill.orders WHERE campaign_id = $cid AND status <> 'cancelled'
+	GROUP BY user_id HAVING count(*) > 1) d")" 0 "async: no user holds two active orders"
+
+# 2. The old primary comes back on its own, next to the same Redis
+pgctl primary -w start >/dev/null && seckill_wait_for "ready $primary_port" 30
+ok "[ $? -eq 0 ]" "old primary restarted standalone (timeline 1, same Redis and prefix)" || finish
+# until its answer is final: not "not running yet", a timeout or busy
+tries=0
+old_buy() {
+	tries=$((tries + 1))
+	old_answer=$(at "$primary_port" -v VERBOSITY=verbose \
+		-c "SELECT * FROM seckill_buy('old-$tries', '$goods')" 2>&1)
+	! grep -qE 'SK00[12]|^busy' <<<"$old_answer"
+}
+seckill_wait_for old_buy 30
+diag "old primary, call $tries: $old_answer"
+grep -q 'ERROR:  55P03:' <<<"$old_answer"
+ok "[ $? -eq 0 ]" "old primary: seckill_buy fails with SQLSTATE 55P03"
+grep -q '^HINT: .*pg_rewind' <<<"$old_answer"
+ok "[ $? -eq 0 ]" "old primary: its hint names pg_rewind"
+old_reconcile=$(val "$primary_port" "SELECT count(*) FILTER (WHERE repaired) FROM seckill_reconcile()" 2>&1)
+rc=$?
+diag "old primary: seckill_reconcile() -> $old_reconcile"
+ok "[ $rc -ne 0 ] || [ '$old_reconcile' = 0 ]" "old primary: seckill_reconcile() fails or repairs nothing"
+is "$(agrees "$new" "$goods")" t "the new primary's Redis still agrees with it (no flip)" ||
+	diag "$(figures "$new" "$goods")"
+pgctl primary -w -m fast stop >/dev/null
+
+is "$(val "$new" "SELECT status FROM seckill_buy('fresh-1', '$goods')" 2>&1)" ok \
+	"a fresh sale on the new primary answers ok"
+
+# 4. Sync: a new standby of the new primary, then the same crash
+standby sync "$new" "$sync_port"
+ok "[ $? -eq 0 ]" "sync: a new standby of the new primary on port $sync_port" ||
+	{ diag "$(cat "$work/sync-basebackup.out")"; finish; }
+val "$new" "ALTER SYSTEM SET synchronous_standby_names = '*'" >/dev/null
+val "$new" "SELECT pg_reload_conf()" >/dev/null
+seckill_wait_for "[ \"\$(val $new \"SELECT sync_state FROM pg_stat_replication\")\" = sync ]" 30
+ok "[ $? -eq 0 ]" "sync: the standby is synchronous" || finish
+sync_goods="failover-sync-$$"
+val "$new" "SELECT seckill_campaign_create('$sync_goods', 1000000)" >/dev/null
+is "$(val "$new" "SELECT seckill_preheat('$sync_goods')")" 1000000 "sync: a campaign of 1,000,000, preheated" || finish
+
+sale sync "$sync_goods" "$(dsn "$new")" "$(dsn "$sync_port")"
+seckill_wait_for "[ \$(oks '$work/sync.answers') -ge 2000 ]" 30
+ok "[ $? -eq 0 ]" "sync: the sale is under way" || finish
+sync_rate=$(throughput "$work/sync.answers")
+pgctl standby -m immediate stop >/dev/null
+ok "[ $? -eq 0 ]" "sync: the primary stopped at once (immediate)"
+pgctl sync -w promote >/dev/null &&
+	seckill_wait_for "[ \"\$(val $sync_port 'SELECT pg_is_in_recovery()' 2>/dev/null)\" = f ]" 30
+ok "[ $? -eq 0 ]" "sync: the standby is promoted" || finish
+promoted_line=$(wc -l <"$work/sync.answers")
+seckill_wait_for "[ \$(oks_after '$work/sync.answers' $promoted_line) -ge 500 ]" 30
+ok "[ $? -eq 0 ]" "sync: the clients buy on from the new primary"
+stop_sale
+diag "sync: answers $(statuses "$work/sync.answers")"
+load sync "$sync_port"
+is "$(val "$sync_port" "SELECT count(*) FROM answers_sync a WHERE a.status = 'ok' AND NOT EXISTS
+	(SELECT 1 FROM seckill.orders o WHERE o.id = a.order_id::bigint AND o.user_id = a.user_id)")" 0 \
+	"sync: every acked order is on the promoted standby, with its user ($(oks "$work/sync.answers") acks)"
+diag "throughput before the crash: async $async_rate answers/s, sync $sync_rate answers/s" \
+	"  (sync / async = $(awk -v s="$sync_rate" -v a="$async_rate" 'BEGIN { printf "%.2f", (a > 0 ? s / a : 0) }'))"
+
+finish

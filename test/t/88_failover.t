@@ -322,4 +322,18 @@ is "$(val "$sync_port" "SELECT count(*) FROM answers_sync a WHERE a.status = 'ok
 diag "throughput before the crash: async $async_rate answers/s, sync $sync_rate answers/s" \
 	"  (sync / async = $(awk -v s="$sync_rate" -v a="$async_rate" 'BEGIN { printf "%.2f", (a > 0 ? s / a : 0) }'))"
 
+# 5. A synchronous standby that never answers: the caller's timeout names it,
+#    and the purchase completes once the wait is lifted
+val "$sync_port" "ALTER SYSTEM SET synchronous_standby_names = 'gone'" >/dev/null
+val "$sync_port" "SELECT pg_reload_conf()" >/dev/null
+waiting=$(at "$sync_port" -v VERBOSITY=verbose -c "SET seckill.request_timeout = '1s'" \
+	-c "SELECT * FROM seckill_buy('sync-waiter', '$sync_goods')" 2>&1)
+diag "with no synchronous standby: $waiting"
+grep -q 'SK001: .*waits for synchronous replication' <<<"$waiting"
+ok "[ $? -eq 0 ]" "no synchronous standby: the timeout is SK001 and says the worker waits for synchronous replication"
+val "$sync_port" "ALTER SYSTEM RESET synchronous_standby_names" >/dev/null
+val "$sync_port" "SELECT pg_reload_conf()" >/dev/null
+is "$(val "$sync_port" "SELECT status FROM seckill_order('sync-waiter', '$sync_goods')")" reserved \
+	"once the wait is lifted, the purchase is committed"
+
 finish

@@ -93,6 +93,8 @@ extern int	seckill_redis_port;
 extern char *seckill_redis_user;
 extern char *seckill_redis_password_file;
 extern char *seckill_redis_prefix;
+extern char *seckill_redis_sentinels;
+extern char *seckill_redis_master_name;
 extern char *seckill_database;
 extern int	seckill_request_timeout;
 extern int	seckill_redis_timeout;

@@ -17,6 +17,8 @@ int			seckill_redis_port = 6379;
 char	   *seckill_redis_user = NULL;
 char	   *seckill_redis_password_file = NULL;
 char	   *seckill_redis_prefix = NULL;
+char	   *seckill_redis_sentinels = NULL;
+char	   *seckill_redis_master_name = NULL;
 char	   *seckill_database = NULL;
 int			seckill_request_timeout = 5000;
 int			seckill_redis_timeout = 1000;
@@ -85,6 +87,15 @@ seckill_define_gucs(void)
 							   "The password itself is never a setting, so it cannot show in pg_settings or in the log of changed settings.",
 							   &seckill_redis_password_file, "",
 							   PGC_SIGHUP, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomStringVariable("seckill.redis_sentinels",
+							   "Redis Sentinels to ask for the master, as host:port,host:port,...; empty: none.",
+							   "When set, seckill.redis_host and seckill.redis_port are not used: the worker follows the master the sentinels name.",
+							   &seckill_redis_sentinels, "",
+							   PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("seckill.redis_master_name",
+							   "Name of the master the sentinels monitor (their sentinel monitor <name>).",
+							   NULL, &seckill_redis_master_name, "mymaster",
+							   PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomStringVariable("seckill.redis_prefix",
 							   "Prefix of every Redis key seckill uses.",
 							   "Give each PostgreSQL cluster sharing one Redis its own prefix.",

@@ -23,6 +23,7 @@
 #include "utils/timestamp.h"
 
 #include "redis/lua_scripts.h"
+#include "redis/sentinel.h"
 
 static const char *const script_source[SK_NSCRIPTS] = {
 	[SK_SCRIPT_BUY] = LUA_BUY,
@@ -42,11 +43,23 @@ static redisContext *conn = NULL;
 static char script_sha[SK_NSCRIPTS][41];
 static char last_error[256] = "not connected yet";
 
-/* The settings the connection was made with, to notice changes on reload. */
+/*
+ * The settings the connection was made with, to notice changes on reload,
+ * and the address it was made to (the sentinels' master, when they are set).
+ */
 static char *conn_host = NULL;
 static int	conn_port = 0;
 static char *conn_user = NULL;
 static char *conn_password_file = NULL;
+static char *conn_sentinels = NULL;
+static char *conn_master_name = NULL;
+
+/* The master's run_id, as INFO gave it at connection ("" when not allowed). */
+static char run_id[64] = "";
+
+/* When the sentinels were last asked whether the master is still the same. */
+static TimestampTz sentinels_asked_at = 0;
+#define SENTINEL_POLL_MS 500
 
 /* A pipeline is out and its replies not all read: the connection is mid-request. */
 static bool in_flight = false;
@@ -54,9 +67,15 @@ static bool in_flight = false;
 /* Bumped by every successful connection: the worker replays after each. */
 static uint64 generation = 0;
 
-/* Reconnect backoff: 100 ms doubling up to 1 s, reset on success. */
+/*
+ * Reconnect backoff: 100 ms doubling up to 1 s, reset once a connection has
+ * proved usable (the journal replay went through on it), so that a Redis
+ * that accepts connections and then fails each one is not hammered.
+ */
 static TimestampTz next_attempt = 0;
 static int	backoff_ms = 0;
+static bool proven = false;
+static bool connecting = false;	/* in sk_redis_connect, which backs off itself */
 
 /* latch, postmaster death, and the sockets when connected */
 static WaitEventSet *wait_set = NULL;
@@ -73,6 +92,7 @@ static char *sub_channel = NULL;
 static void (*sub_callback) (const char *message) = NULL;
 
 static char *read_password(void);
+static void back_off(void);
 
 static void
 rebuild_wait_set(void)
@@ -155,7 +175,7 @@ subscription_open(void)
 
 	if (sub_channel == NULL || sub_conn != NULL)
 		return;
-	sub_conn = redisConnectNonBlock(seckill_redis_host, seckill_redis_port);
+	sub_conn = redisConnectNonBlock(conn_host, conn_port);
 	if (sub_conn == NULL || sub_conn->err)
 	{
 		if (sub_conn)
@@ -267,6 +287,8 @@ sk_redis_disconnect(const char *why)
 	conn = NULL;
 	subscription_close(NULL);
 	rebuild_wait_set();
+	if (!proven && !connecting)
+		back_off();
 }
 
 /*
@@ -293,11 +315,16 @@ sk_redis_reload(void)
 		next_attempt = 0;
 		backoff_ms = 0;
 	}
-	else if (strcmp(conn_host, seckill_redis_host) != 0 ||
-			 conn_port != seckill_redis_port ||
+	else if (strcmp(conn_sentinels, seckill_redis_sentinels) != 0 ||
+			 strcmp(conn_master_name, seckill_redis_master_name) != 0 ||
+			 (!sk_sentinel_enabled() &&
+			  (strcmp(conn_host, seckill_redis_host) != 0 || conn_port != seckill_redis_port)) ||
 			 strcmp(conn_user, seckill_redis_user) != 0 ||
 			 strcmp(conn_password_file, seckill_redis_password_file) != 0)
+	{
+		sk_sentinel_close();
 		sk_redis_disconnect("the Redis settings changed");
+	}
 }
 
 /*
@@ -422,6 +449,38 @@ read_replies(SkReply *out, int n, TimestampTz deadline)
 	return true;
 }
 
+/*
+ * Replies that say this Redis no longer serves as a master (a failover made
+ * it a replica, it is loading its data, or it is a replica whose master is
+ * down): nothing was written; drop the connection, so that the next one goes
+ * to the master (the sentinels', when set).
+ */
+static bool
+serving_master(const SkReply *r, int n)
+{
+	static const char *const codes[][2] = {
+		{"READONLY", "it is a replica now (after a failover?)"},
+		{"LOADING", "it is loading its data set"},
+		{"MASTERDOWN", "it is a replica that lost its master"},
+	};
+
+	for (int i = 0; i < n; i++)
+	{
+		if (r[i].type != REDIS_REPLY_ERROR)
+			continue;
+		for (int c = 0; c < lengthof(codes); c++)
+			if (strncmp(r[i].str, codes[c][0], strlen(codes[c][0])) == 0)
+			{
+				set_error("Redis at %s:%d answered %s: %s; seckill reconnects%s",
+						  conn_host, conn_port, codes[c][0], codes[c][1],
+						  sk_sentinel_enabled() ? " to the master the sentinels name" : "");
+				sk_redis_disconnect(NULL);
+				return false;
+			}
+	}
+	return true;
+}
+
 static bool
 send_and_read(SkPipeline *p, SkReply *out)
 {
@@ -437,6 +496,8 @@ send_and_read(SkPipeline *p, SkReply *out)
 	if (!read_replies(out, p->count, deadline))
 		return false;
 	in_flight = false;
+	if (!serving_master(out, p->count))
+		return false;
 	seckill_hist_record(&seckill_figures->redis_latency, GetCurrentTimestamp() - start);
 	return true;
 }
@@ -713,7 +774,7 @@ authenticate(void)
 }
 
 static void
-remember_settings(void)
+remember_settings(const char *host, int port)
 {
 	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
 
@@ -722,12 +783,23 @@ remember_settings(void)
 		pfree(conn_host);
 		pfree(conn_user);
 		pfree(conn_password_file);
+		pfree(conn_sentinels);
+		pfree(conn_master_name);
 	}
-	conn_host = pstrdup(seckill_redis_host);
-	conn_port = seckill_redis_port;
+	conn_host = pstrdup(host);
+	conn_port = port;
 	conn_user = pstrdup(seckill_redis_user);
 	conn_password_file = pstrdup(seckill_redis_password_file);
+	conn_sentinels = pstrdup(seckill_redis_sentinels);
+	conn_master_name = pstrdup(seckill_redis_master_name);
 	MemoryContextSwitchTo(old);
+}
+
+static void
+back_off(void)
+{
+	backoff_ms = backoff_ms == 0 ? 100 : Min(backoff_ms * 2, 1000);
+	next_attempt = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backoff_ms);
 }
 
 static void
@@ -737,17 +809,100 @@ attempt_failed(void)
 		ereport(LOG,
 				(errmsg("seckill worker cannot reach Redis: %s", last_error),
 				 errhint("Purchases fail with an error until it is back; the worker retries every second.")));
-	backoff_ms = backoff_ms == 0 ? 100 : Min(backoff_ms * 2, 1000);
-	next_attempt = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backoff_ms);
+	back_off();
+}
+
+/* The connection did its first work (the journal replay): it is usable. */
+void
+sk_redis_proven(void)
+{
+	proven = true;
+	backoff_ms = 0;
+	next_attempt = 0;
+}
+
+const char *
+sk_redis_run_id(void)
+{
+	return run_id;
 }
 
 /*
- * Connect, authenticate and load the scripts, all within
+ * After connecting: is this Redis a master?  A replica would refuse every
+ * write, one at a time; say so once, naming its role.  Also learn its
+ * run_id (a new one means a new master, or one restarted: worker/epoch.c).
+ * ROLE and INFO refused by an ACL are not held against it.
+ */
+static bool
+check_role(void)
+{
+	SkPipeline	p;
+	SkReply		r[2];
+	const char *role;
+
+	sk_pipeline_init(&p);
+	sk_pipeline_add(&p, 1, (const char *[]) {"ROLE"}, NULL);
+	sk_pipeline_add(&p, 2, (const char *[]) {"INFO", "server"}, NULL);
+	if (!send_and_read(&p, r))
+		return false;
+	role = r[0].type == REDIS_REPLY_ARRAY && r[0].elements > 0 ? r[0].element[0].str : NULL;
+	if (role != NULL && strcmp(role, "master") != 0)
+	{
+		set_error("Redis at %s:%d is a %s, not a master: seckill writes to the master only%s",
+				  conn_host, conn_port, strcmp(role, "slave") == 0 ? "replica" : role,
+				  sk_sentinel_enabled() ? " (the sentinels named it; it may be changing role)" :
+				  "; point seckill.redis_host at the master, or set seckill.redis_sentinels");
+		sk_redis_disconnect(NULL);
+		return false;
+	}
+	run_id[0] = '\0';
+	if (r[1].type == REDIS_REPLY_STRING)
+	{
+		const char *at = strstr(r[1].str, "run_id:");
+
+		if (at != NULL)
+		{
+			at += strlen("run_id:");
+			strlcpy(run_id, at, Min(sizeof(run_id), strcspn(at, "\r\n") + 1));
+		}
+	}
+	return true;
+}
+
+/*
+ * Twice a second, while connected through the sentinels: do they still name
+ * the master this connection goes to?  A failover leaves the old master
+ * accepting writes for a while, which its successor would never see.
+ */
+void
+sk_redis_watch(void)
+{
+	char		host[256];
+	int			port;
+	char		why[256];
+	char	   *password = NULL;
+
+	if (conn == NULL || !sk_sentinel_enabled() ||
+		GetCurrentTimestamp() < TimestampTzPlusMilliseconds(sentinels_asked_at, SENTINEL_POLL_MS))
+		return;
+	sentinels_asked_at = GetCurrentTimestamp();
+	if (seckill_redis_password_file[0] != '\0')
+		password = read_password();
+	if (sk_sentinel_master(password, host, sizeof(host), &port, why, sizeof(why)) &&
+		(strcmp(host, conn_host) != 0 || port != conn_port))
+		sk_redis_disconnect(psprintf("the sentinels name a new master, %s:%d", host, port));
+	if (password)
+		memset(password, 0, strlen(password));
+}
+
+/*
+ * Connect (to the master the sentinels name, when they are set),
+ * authenticate, check the role and load the scripts, all within
  * seckill.redis_timeout.  While backing off after a failure, returns false at
  * once with the last error, so that callers fail fast instead of queueing.
  */
-bool
-sk_redis_connect(void)
+static bool
+connect_now(void)
 {
 	TimestampTz deadline;
 	int			soerr = 0;
@@ -758,13 +913,39 @@ sk_redis_connect(void)
 	if (GetCurrentTimestamp() < next_attempt)
 		return false;
 
-	remember_settings();
+	if (sk_sentinel_enabled())
+	{
+		char		host[256];
+		int			port;
+		char		why[256];
+		char	   *password = NULL;
+		bool		named;
+
+		if (seckill_redis_password_file[0] != '\0')
+			password = read_password();
+		named = sk_sentinel_master(password, host, sizeof(host), &port, why, sizeof(why));
+		if (password)
+			memset(password, 0, strlen(password));
+		if (!named)
+		{
+			set_error("no sentinel of seckill.redis_sentinels named the master \"%s\": %s",
+					  seckill_redis_master_name, why);
+			attempt_failed();
+			return false;
+		}
+		remember_settings(host, port);
+		sentinels_asked_at = GetCurrentTimestamp();
+	}
+	else
+		remember_settings(seckill_redis_host, seckill_redis_port);
+	proven = false;
+	connecting = true;
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout);
-	conn = redisConnectNonBlock(seckill_redis_host, seckill_redis_port);
+	conn = redisConnectNonBlock(conn_host, conn_port);
 	if (conn == NULL || conn->err)
 	{
-		set_error("could not connect to Redis at %s:%d: %s", seckill_redis_host,
-				  seckill_redis_port, conn ? conn->errstr : "out of memory");
+		set_error("could not connect to Redis at %s:%d: %s", conn_host,
+				  conn_port, conn ? conn->errstr : "out of memory");
 		if (conn)
 			redisFree(conn);
 		conn = NULL;
@@ -775,27 +956,41 @@ sk_redis_connect(void)
 	if (!wait_socket(WL_SOCKET_WRITEABLE, deadline) ||
 		getsockopt(conn->fd, SOL_SOCKET, SO_ERROR, &soerr, &soerrlen) != 0 || soerr != 0)
 	{
-		set_error("could not connect to Redis at %s:%d: %s", seckill_redis_host,
-				  seckill_redis_port, soerr ? strerror(soerr) : "timed out");
+		set_error("could not connect to Redis at %s:%d: %s", conn_host,
+				  conn_port, soerr ? strerror(soerr) : "timed out");
 		redisFree(conn);
 		conn = NULL;
 		rebuild_wait_set();
 		attempt_failed();
 		return false;
 	}
-	if (!authenticate() || !load_scripts())
+	if (!authenticate() || !check_role() || !load_scripts())
 	{
+		if (conn != NULL)
+			sk_redis_disconnect(NULL);
 		attempt_failed();
 		return false;
 	}
-	backoff_ms = 0;
+	/* not reset until the connection has proved usable (sk_redis_proven) */
 	next_attempt = 0;
 	generation++;
 	subscription_open();
 	rebuild_wait_set();
-	ereport(LOG, (errmsg("seckill worker connected to Redis at %s:%d",
-						 seckill_redis_host, seckill_redis_port)));
+	ereport(LOG, (errmsg("seckill worker connected to Redis at %s:%d%s",
+						 conn_host, conn_port, sk_sentinel_enabled() ? ", the master the sentinels name" : "")));
 	return true;
+}
+
+bool
+sk_redis_connect(void)
+{
+	bool		ok;
+
+	if (conn != NULL)
+		return true;
+	ok = connect_now();
+	connecting = false;
+	return ok;
 }
 
 /*

@@ -65,6 +65,9 @@ extern void sk_redis_abandon(void);
 extern void sk_redis_reload(void);
 extern const char *sk_redis_error(void);
 extern void sk_redis_wait_idle(long timeout_ms);
+extern void sk_redis_proven(void);
+extern void sk_redis_watch(void);
+extern const char *sk_redis_run_id(void);
 extern void sk_redis_subscribe(const char *channel, void (*callback) (const char *message));
 
 extern void sk_pipeline_init(SkPipeline *p);

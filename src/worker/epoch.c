@@ -85,7 +85,7 @@ sk_epoch_reply_fenced(SeckillReply *reply)
  * purchases the old primary answered that never reached this one.
  */
 static bool
-take_over(int64 recorded)
+take_over(const char *why)
 {
 	List	   *rows = store_preheated_campaigns();
 	ListCell   *lc;
@@ -133,8 +133,8 @@ take_over(int64 recorded)
 	foreach(lc, rows)
 		taken_over[ntaken_over++] = ((SkCampaignRow *) lfirst(lc))->id;
 	ereport(LOG,
-			(errmsg("seckill worker takes this Redis over on timeline %u from timeline " INT64_FORMAT ": %d preheated campaign(s) are rebuilt from PostgreSQL before they sell again",
-					timeline, recorded, list_length(rows))));
+			(errmsg("seckill worker takes this Redis over (%s): %d preheated campaign(s) are rebuilt from PostgreSQL before they sell again",
+					why, list_length(rows))));
 	return true;
 }
 
@@ -159,21 +159,21 @@ sk_epoch_check(void)
 {
 	SkPipeline	p;
 	SkReply    *r;
-	const char *key = sk_prefix_key("epoch");
+	const char *keys[2] = {sk_prefix_key("epoch"), sk_prefix_key("master")};
 	int64		recorded;
 
 	sk_pipeline_init(&p);
-	sk_pipeline_script(&p, SK_SCRIPT_EPOCH, 1, &key, 1, (const char *[]) {sk_epoch_arg()});
+	sk_pipeline_script(&p, SK_SCRIPT_EPOCH, 2, keys, 2, (const char *[]) {sk_epoch_arg(), sk_redis_run_id()});
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 		return false;
-	if (r[0].type != REDIS_REPLY_INTEGER)
+	if (r[0].type != REDIS_REPLY_ARRAY || r[0].elements != 2)
 	{
 		sk_redis_disconnect(psprintf("Redis refused seckill's epoch script: %s",
 									 r[0].str ? r[0].str : "unexpected reply"));
 		return false;
 	}
-	recorded = r[0].integer;
+	recorded = sk_reply_int(&r[0].element[0]);
 	fenced_by = 0;
 	if (recorded > (int64) timeline)
 	{
@@ -181,7 +181,11 @@ sk_epoch_check(void)
 		return false;
 	}
 	if (recorded != 0 && recorded < (int64) timeline)
-		return take_over(recorded);
+		return take_over(psprintf("timeline %u after timeline " INT64_FORMAT ": a promoted standby",
+								  timeline, recorded));
+	if (sk_reply_int(&r[0].element[1]) == 1)
+		return take_over(psprintf("a new Redis master, run_id %s: it may lack writes the old one acknowledged",
+								  sk_redis_run_id()));
 	return true;
 }
 

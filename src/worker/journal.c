@@ -275,6 +275,7 @@ sk_journal_ready(void)
 		}
 		needs_replay = false;
 		replayed_generation = sk_redis_generation();
+		sk_redis_proven();
 		nsettled = 0;			/* the replay dropped their entries */
 	}
 	return true;

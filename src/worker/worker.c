@@ -680,6 +680,7 @@ seckill_worker_main(Datum main_arg)
 
 		if (!cache_loaded)
 			(void) sql_current();
+		sk_redis_watch();
 		if (sk_journal_needs_replay())
 			(void) sk_journal_ready();
 		rebuild_stale_campaigns();

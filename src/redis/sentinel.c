@@ -1,0 +1,153 @@
+/*-------------------------------------------------------------------------
+ *
+ * sentinel.c
+ *		Finding the Redis master through Redis Sentinel.
+ *
+ * The sentinels of seckill.redis_sentinels are asked, in turn, for the
+ * address of seckill.redis_master_name until one names it.  The connection
+ * to the sentinel that answered is kept, so that asking again (the worker
+ * does, twice a second, to follow a failover while the old master still
+ * accepts writes) costs one round trip.  Sentinel connections are
+ * blocking, each step bounded by a short timeout.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "redis/sentinel.h"
+
+#include <hiredis/hiredis.h>
+
+static redisContext *sentinel = NULL;
+static char sentinel_addr[256];
+
+bool
+sk_sentinel_enabled(void)
+{
+	return seckill_redis_sentinels != NULL && seckill_redis_sentinels[0] != '\0';
+}
+
+void
+sk_sentinel_close(void)
+{
+	if (sentinel != NULL)
+		redisFree(sentinel);
+	sentinel = NULL;
+}
+
+/*
+ * Each step's bound: seckill.redis_timeout, at most 250 ms, since the worker
+ * asks between its rounds and a sentinel that hangs must not stall them.
+ */
+static struct timeval
+timeout(void)
+{
+	int			ms = Min(seckill_redis_timeout, 250);
+	struct timeval tv;
+
+	tv.tv_sec = ms / 1000;
+	tv.tv_usec = (ms % 1000) * 1000;
+	return tv;
+}
+
+/* Connect to one sentinel "host:port" (and AUTH, when a password is set). */
+static redisContext *
+open_sentinel(const char *addr, const char *password, char *why, size_t whylen)
+{
+	char		host[256];
+	const char *colon = strrchr(addr, ':');
+	redisContext *c;
+
+	if (colon == NULL || colon == addr || colon - addr >= (int) sizeof(host) || atoi(colon + 1) <= 0)
+	{
+		snprintf(why, whylen, "\"%s\" in seckill.redis_sentinels is not host:port", addr);
+		return NULL;
+	}
+	memcpy(host, addr, colon - addr);
+	host[colon - addr] = '\0';
+	c = redisConnectWithTimeout(host, atoi(colon + 1), timeout());
+	if (c == NULL || c->err)
+	{
+		snprintf(why, whylen, "sentinel %s: %s", addr, c ? c->errstr : "out of memory");
+		if (c)
+			redisFree(c);
+		return NULL;
+	}
+	(void) redisSetTimeout(c, timeout());
+	if (password != NULL)
+	{
+		redisReply *r;
+
+		/* a sentinel without a password refuses AUTH: that is fine */
+		if (seckill_redis_user[0] != '\0')
+			r = redisCommand(c, "AUTH %s %s", seckill_redis_user, password);
+		else
+			r = redisCommand(c, "AUTH %s", password);
+		if (r == NULL)
+		{
+			snprintf(why, whylen, "sentinel %s: %s", addr, c->errstr);
+			redisFree(c);
+			return NULL;
+		}
+		freeReplyObject(r);
+	}
+	return c;
+}
+
+/* Ask the open sentinel; false (and why) when it cannot name the master. */
+static bool
+ask(char *host, size_t hostlen, int *port, char *why, size_t whylen)
+{
+	redisReply *r = redisCommand(sentinel, "SENTINEL get-master-addr-by-name %s", seckill_redis_master_name);
+	bool		named = false;
+
+	if (r == NULL)
+		snprintf(why, whylen, "sentinel %s: %s", sentinel_addr, sentinel->errstr);
+	else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+			 r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING)
+	{
+		strlcpy(host, r->element[0]->str, hostlen);
+		*port = atoi(r->element[1]->str);
+		named = true;
+	}
+	else if (r->type == REDIS_REPLY_ERROR)
+		snprintf(why, whylen, "sentinel %s refused: %s", sentinel_addr, r->str);
+	else
+		snprintf(why, whylen, "sentinel %s knows no master named \"%s\" (seckill.redis_master_name)",
+				 sentinel_addr, seckill_redis_master_name);
+	if (r != NULL)
+		freeReplyObject(r);
+	if (!named)
+		sk_sentinel_close();
+	return named;
+}
+
+/*
+ * The master's address, from the sentinel asked last or else from the first
+ * of seckill.redis_sentinels that names one.  False, with why, when none did.
+ */
+bool
+sk_sentinel_master(const char *password, char *host, size_t hostlen, int *port,
+				   char *why, size_t whylen)
+{
+	char	   *list;
+	char	   *addr;
+	char	   *save = NULL;
+
+	if (sentinel != NULL && ask(host, hostlen, port, why, whylen))
+		return true;
+	list = pstrdup(seckill_redis_sentinels);
+	snprintf(why, whylen, "seckill.redis_sentinels is empty");
+	for (addr = strtok_r(list, ", ", &save); addr != NULL; addr = strtok_r(NULL, ", ", &save))
+	{
+		sentinel = open_sentinel(addr, password, why, whylen);
+		if (sentinel == NULL)
+			continue;
+		strlcpy(sentinel_addr, addr, sizeof(sentinel_addr));
+		if (ask(host, hostlen, port, why, whylen))
+		{
+			pfree(list);
+			return true;
+		}
+	}
+	pfree(list);
+	return false;
+}

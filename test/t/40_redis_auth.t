@@ -16,7 +16,8 @@ trap 'psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_user" -c "ALTER SYSTEM RES
 # the ACL the README documents
 is "$(seckill_redis_cli ACL SETUSER seckill on ">$secret" resetkeys '~seckill:*' resetchannels '&seckill:*' -@all \
 	+evalsha +script\|load +hget +hgetall +hdel +hset +hmget +hexists +hincrby +hlen +scard \
-	+sadd +srem +sismember +set +get +del +exists +rename +expire +pexpire +time +publish +subscribe)" OK "Redis ACL user seckill created"
+	+sadd +srem +sismember +set +get +del +exists +rename +expire +pexpire +time +publish +subscribe \
+	+role +info)" OK "Redis ACL user seckill created"
 
 password_file() { # name content mode
 	printf '%s\n' "$2" >"$SECKILL_TMP/$1"

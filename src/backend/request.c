@@ -154,6 +154,9 @@ seckill_reply_checked(SeckillRequestKind kind, SeckillReply reply)
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("seckill could not reach Redis"),
 					 errdetail("%s", reply.message),
+					 seckill_redis_sentinels[0] != '\0' ?
+					 errhint("Check the sentinels of seckill.redis_sentinels (%s) and the master they name \"%s\"; the worker reconnects by itself.",
+							 seckill_redis_sentinels, seckill_redis_master_name) :
 					 errhint("Check that Redis answers at seckill.redis_host:seckill.redis_port (%s:%d); the worker reconnects by itself.",
 							 seckill_redis_host, seckill_redis_port)));
 			break;

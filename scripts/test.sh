@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test suite, as root: bash scripts/test.sh [faults | test files...]
+# The test suite, as root: bash scripts/test.sh [faults | docker | test files...]
 # Installs what is missing, builds and installs seckill, starts throwaway
 # PostgreSQL and Redis servers (ports from SECKILL_PG_PORT, SECKILL_REDIS_PORT)
 # and runs test/t/*.t (bash, TAP) and test/pgtap/*.pg (pgTAP) with prove.
@@ -25,6 +25,9 @@ elif [ "$1" = faults ]; then
 	# the fault suite: every failure the design claims to survive, under load
 	set -- test/t/20_faults.t test/t/25_redis_wrong.t test/t/30_stall.t test/t/40_redis_auth.t \
 		test/t/70_crash_points.t test/t/80_database_fallback.t test/t/85_network_cut.t test/t/90_flood.t
+elif [ "$1" = docker ]; then
+	# docker/'s image and compose stack, run with podman
+	set -- test/t/99_docker.t
 fi
 
 # Failing tests print the servers' log tails themselves: prove's summary

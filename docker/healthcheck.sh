@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The seckill image's health: postgres accepts connections and seckill's
+# worker is running.  As the user postgres, whom peer authentication lets in.
+set -euo pipefail
+
+as_postgres() {
+	setpriv --reuid=postgres --regid=postgres --init-groups -- "$@"
+}
+
+as_postgres pg_isready -q -h /var/run/postgresql -d template1
+workers=$(as_postgres psql -XAtq -h /var/run/postgresql -d template1 \
+	-c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'seckill worker'")
+[ "$workers" -ge 1 ]

@@ -81,8 +81,9 @@ sk_epoch_reply_fenced(SeckillReply *reply)
  * A newer timeline than Redis knows: mark every preheated campaign stale (in
  * each of its shards), so that neither an older primary nor this one sells
  * it before it is rebuilt; sk_epoch_stale_campaigns() hands them over.  The
- * buyers Redis counted that PostgreSQL has no order of are logged: mostly
- * purchases the old primary answered that never reached this one.
+ * buyers Redis counted that PostgreSQL has no order of are logged: after a
+ * promotion, mostly purchases the old primary answered that never reached
+ * this one.
  */
 static bool
 take_over(const char *why)
@@ -119,7 +120,7 @@ take_over(const char *why)
 				in_redis += r[reply + 1].type == REDIS_REPLY_INTEGER ? r[reply + 1].integer : 0;
 			if (in_redis > in_postgres)
 				ereport(LOG,
-						(errmsg("seckill worker found " INT64_FORMAT " buyer(s) of campaign " INT64_FORMAT " (\"%s\") in Redis without an order here: purchases the old primary answered that did not reach this server, or are still in its journal",
+						(errmsg("seckill worker found " INT64_FORMAT " buyer(s) of campaign " INT64_FORMAT " (\"%s\") in Redis without an order here: purchases answered before the take-over that this server does not have (a PostgreSQL failover lost them), or still in the journal",
 								in_redis - in_postgres, row->id, row->goods)));
 		}
 		store_commit();

@@ -1,0 +1,416 @@
+#!/usr/bin/env bash
+# Redis behind Sentinel, on servers of our own: a master, a replica and three
+# sentinels on loopback.  The suite's PostgreSQL finds the master through the
+# sentinels (seckill.redis_sentinels) and sells to a crowd of 32 connections:
+#  1. discovery: a purchase goes to the master the sentinels name;
+#  2. SENTINEL FAILOVER mid-sale: sales resume by themselves (the longest
+#     time without an ok is printed) and Redis agrees with PostgreSQL without
+#     a seckill_reconcile();
+#  3. the master killed (SIGKILL) while the replica's link to it, through a
+#     TCP relay (socat), is frozen with SIGSTOP: the promoted replica lacks
+#     acknowledged purchases, and the rebuild repairs them without a reconcile;
+#  4. the old master restarted empty: it rejoins as a replica, sales go on;
+#  5. without sentinels, pointed at a replica: every call fails at once with
+#     an error naming the role, without a storm of connections.
+# After each: no oversell, nobody with two active orders, every ok an order.
+# Then the shared end of the fault tests (test/t/sale.sh).
+set -uo pipefail
+# shellcheck source=test/t/tap.sh
+. "$(dirname "$0")/tap.sh"
+# shellcheck source=test/t/sale.sh
+. "$(dirname "$0")/sale.sh"
+
+# Below 32768, where the kernel's ephemeral ports begin; derived from the
+# suite's port (apart from 88_failover.t's) so that parallel runs differ.
+base=${SECKILL_SENTINEL_PORT:-$((PGPORT % 10000 + 21000))}
+first_port=$base
+second_port=$((base + 1))
+relay_port=$((base + 2))
+sentinel_ports=($((base + 3)) $((base + 4)) $((base + 5)))
+sentinels=$(printf '127.0.0.1:%s,' "${sentinel_ports[@]}")
+sentinels=${sentinels%,}
+log=$SECKILL_TMP/postgresql.log
+# seckill.redis_prefix takes a restart: the suite's serves, on servers of our own
+prefix=$(psql_val "SHOW seckill.redis_prefix")
+work=$(mktemp -d -p "$SECKILL_TMP" sentinel.XXXXXX)
+chown postgres: "$work"
+relay=
+CROWD=
+SALE_WORK=
+
+rcli() { # rcli port command...
+	local port=$1
+	shift
+	redis-cli -h 127.0.0.1 -p "$port" "$@"
+}
+# socat forks a process per connection: signal them all
+relay_signal() { kill "-$1" "$relay" $(pgrep -P "$relay") 2>/dev/null; }
+# stop dir: the server whose pid file is in dir (redis-server removes the file
+# when it exits)
+stop() {
+	local pid
+	pid=$(cat "$1/pid" 2>/dev/null) || return 0
+	if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = redis-server ]; then
+		kill -TERM "$pid"
+		seckill_wait_for "[ ! -e '$1/pid' ]" 5 2>/dev/null || kill -KILL "$pid" 2>/dev/null
+	fi
+	rm -f "$1/pid"
+}
+cleanup() {
+	[ -n "$CROWD" ] && kill "$CROWD" 2>/dev/null && wait "$CROWD"
+	psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_sentinels" -c "ALTER SYSTEM RESET seckill.redis_master_name" \
+		-c "ALTER SYSTEM RESET seckill.redis_host" -c "ALTER SYSTEM RESET seckill.redis_port" \
+		-c "SELECT pg_reload_conf()" >/dev/null 2>&1
+	# first the relay: a master does not shut down while a replica lags
+	[ -n "$relay" ] && relay_signal KILL
+	local dir
+	for dir in "$work"/*/; do
+		stop "$dir"
+	done
+	[ -n "$SALE_WORK" ] && rm -rf "$SALE_WORK"
+	[ "${SECKILL_KEEP:-0}" = 1 ] || rm -rf "$work"
+}
+trap cleanup EXIT
+
+now_ms() { date +%s%3N; }
+pg_now() { psql_val "SELECT clock_timestamp()"; }
+logs() {
+	local f
+	for f in "$work"/*/log; do
+		[ -s "$f" ] && diag "----- last lines of $f -----" "$(tail -n 15 "$f")"
+	done
+}
+finish() {
+	[ "$TAP_FAILED" -gt 0 ] && logs
+	done_testing
+}
+
+for port in "$first_port" "$second_port" "$relay_port" "${sentinel_ports[@]}"; do
+	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+		echo "Bail out! port $port is in use (set SECKILL_SENTINEL_PORT)"
+		exit 255
+	fi
+done
+
+# redis_start port [options...]: a Redis of our own, empty.  A replica writes
+# the data set it synced to dump.rdb even without persistence, and a restart
+# would load it: it goes.
+redis_start() {
+	local port=$1 dir=$work/redis-$1
+	shift
+	mkdir -p "$dir" && rm -f "$dir"/*.rdb && chown postgres: "$dir"
+	seckill_as_postgres redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
+		--repl-diskless-sync-delay 0 --daemonize yes --dir "$dir" \
+		--pidfile "$dir/pid" --logfile "$dir/log" "$@" &&
+		seckill_wait_for "[ \"\$(rcli $port PING 2>/dev/null)\" = PONG ]" 10
+}
+# sentinel_start port: a sentinel of the master on first_port; it rewrites
+# its configuration file, so postgres owns it
+sentinel_start() {
+	local dir=$work/sentinel-$1
+	mkdir -p "$dir"
+	cat >"$dir/sentinel.conf" <<CONF
+port $1
+bind 127.0.0.1
+protected-mode no
+daemonize yes
+pidfile $dir/pid
+logfile $dir/log
+dir $dir
+sentinel monitor mymaster 127.0.0.1 $first_port 2
+sentinel down-after-milliseconds mymaster 1000
+sentinel failover-timeout mymaster 5000
+CONF
+	chown -R postgres: "$dir"
+	seckill_as_postgres redis-server "$dir/sentinel.conf" --sentinel
+}
+info() { # info port section field
+	rcli "$1" INFO "$2" 2>/dev/null | tr -d '\r' | sed -n "s/^$3://p"
+}
+# replicates port master_port: a replica of master_port, its link up
+replicates() {
+	[ "$(info "$1" replication role)" = slave ] &&
+		[ "$(info "$1" replication master_port)" = "$2" ] &&
+		[ "$(info "$1" replication master_link_status)" = up ]
+}
+sentinel_field() { # sentinel_field sentinel_port field
+	rcli "$1" SENTINEL master mymaster 2>/dev/null | awk -v f="$2" 'prev == f { print; exit } { prev = $0 }'
+}
+sentinels_ready() {
+	local s
+	for s in "${sentinel_ports[@]}"; do
+		rcli "$s" SENTINEL ckquorum mymaster 2>/dev/null | grep -q '^OK 3 usable' || return 1
+		[ "$(sentinel_field "$s" num-slaves)" = 1 ] || return 1
+	done
+}
+# named_by_all port: every sentinel names the server on port the master
+named_by_all() {
+	local s
+	for s in "${sentinel_ports[@]}"; do
+		[ "$(rcli "$s" SENTINEL get-master-addr-by-name mymaster 2>/dev/null | sed -n 2p)" = "$1" ] || return 1
+	done
+}
+# purchases port: the scripts that server ran (replicas get their effects only)
+purchases() {
+	rcli "$1" INFO commandstats 2>/dev/null | tr -d '\r' | sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\),.*/\1/p' |
+		grep . || echo 0
+}
+
+# the campaign as the server on port holds it, and as PostgreSQL says it
+# should be: "stock buyers"
+held() {
+	echo "$(rcli "$1" HGET "$prefix:{c:$SALE_CID}:meta" stock 2>&1) $(rcli "$1" SCARD "$prefix:{c:$SALE_CID}:buyers" 2>&1)"
+}
+expected() {
+	psql_val "SELECT c.total_stock - c.sold || ' ' || (SELECT count(*) FROM seckill.orders o
+		WHERE o.campaign_id = c.id AND o.status <> 'cancelled') FROM seckill.campaigns c WHERE c.id = $SALE_CID"
+}
+# Redis as the worker sees it, as PostgreSQL says: stock = total - sold, one
+# buyer per active order, nothing in flight
+agrees() {
+	psql_val "SELECT s.redis_stock = s.pg_stock AND s.in_flight = 0 AND s.redis_buyers = (SELECT count(*)
+		FROM seckill.orders o WHERE o.campaign_id = s.campaign_id AND o.status <> 'cancelled')
+		FROM seckill_status('$SALE_GOODS') s" 2>/dev/null
+}
+figures() {
+	psql_val "SELECT 'sold ' || sold || ', pg_stock ' || pg_stock || ', redis_stock ' || redis_stock
+		|| ', redis_buyers ' || redis_buyers || ', in_flight ' || in_flight
+		FROM seckill_status('$SALE_GOODS')" 2>&1
+}
+
+# crowd seconds name: 32 connections, 1,000 calls/s in all, users drawn from
+# [1, 30000] so that many ask again; in the background, its pid in CROWD
+crowd() {
+	cat >"$SALE_WORK/$2.sql" <<SQL
+\set u random(1, 30000)
+SELECT try_buy('user-' || :u, '$SALE_GOODS');
+SQL
+	pgbench -n -c 32 -j 2 -R 1000 -T "$1" -f "$SALE_WORK/$2.sql" \
+		--log --log-prefix="$SALE_WORK/$2-txn" >"$SALE_WORK/$2.out" 2>&1 &
+	CROWD=$!
+}
+crowd_end() {
+	wait "$CROWD"
+	CROWD=
+	ok "grep -q 'number of failed transactions: 0' '$SALE_WORK/$1.out'" "$1: every call of the crowd returned"
+	local slowest
+	slowest=$(sale_slowest "$1")
+	ok "[ $slowest -lt 6000 ]" "$1: the slowest call took $slowest ms (request timeout 5000 ms)"
+}
+oks_since() { psql_val "SELECT count(*) FROM stampede_answers WHERE status = 'ok' AND at >= '$1'"; }
+# gap since: the longest time without an ok answer, from a second before
+# then to the last ok, in ms
+gap() {
+	psql_val "SELECT coalesce(round(extract(epoch FROM max(d)) * 1000), -1) FROM (SELECT at - lag(at) OVER (ORDER BY at) d
+		FROM stampede_answers WHERE status = 'ok' AND at >= '$1'::timestamptz - interval '1 second') s"
+}
+answers() { # answers since
+	psql_val "SELECT string_agg(status || ' ' || n, ', ') FROM (SELECT status, count(*) n FROM stampede_answers
+		WHERE at >= '$1' GROUP BY 1 ORDER BY 1) s"
+}
+errors() { # errors since
+	psql_val "SELECT coalesce(string_agg(n || ' x ' || err, '; '), 'none') FROM (SELECT left(err, 120) err, count(*) n
+		FROM stampede_answers WHERE status = 'error' AND at >= '$1' GROUP BY 1 ORDER BY 2 DESC LIMIT 3) s"
+}
+compensations() { psql_val "SELECT count(*) FROM seckill.compensations WHERE campaign_id = $SALE_CID"; }
+logged() { # logged byte_offset regex: lines of the server log since then
+	tail -c +"$(($1 + 1))" "$log" | grep -ciE "$2"
+}
+
+# after name since mark master compensations_before: what every failover is
+# checked for once its crowd is done
+after() {
+	local name=$1 since=$2 mark=$3 master=$4 comp=$5
+	crowd_end "$name"
+	diag "$name: answers $(answers "$since")" "$name: errors $(errors "$since")" \
+		"$name: the longest time without an ok answer: $(gap "$since") ms"
+	seckill_wait_for "[ \"\$(agrees)\" = t ]" 30
+	ok "[ $? -eq 0 ]" "$name: Redis agrees with PostgreSQL without a reconcile (seckill_status)" ||
+		diag "$name: $(figures)"
+	is "$(held "$master")" "$(expected)" "$name: the master the sentinels name holds stock = total - sold, a buyer per order"
+	ok "[ $(logged "$mark" 'takes this Redis over|rebuil') -gt 0 ]" \
+		"$name: the server log says the campaigns were rebuilt for the new master"
+	invariants "$name"
+	diag "$name: compensations $(($(compensations) - comp)), the worker's disconnections from Redis $(logged \
+		"$mark" 'disconnected from Redis') and connections $(logged "$mark" 'connected to Redis at')"
+}
+invariants() {
+	is "$(psql_val "SELECT c.sold <= c.total_stock AND coalesce(sum(o.qty), 0) = c.sold FROM seckill.campaigns c
+		LEFT JOIN seckill.orders o ON o.campaign_id = c.id AND o.status <> 'cancelled'
+		WHERE c.id = $SALE_CID GROUP BY c.id")" t "$1: no oversell (active orders = sold <= stock)"
+	is "$(psql_val "SELECT count(*) FROM (SELECT 1 FROM seckill.orders WHERE campaign_id = $SALE_CID
+		AND status <> 'cancelled' GROUP BY user_id HAVING count(*) > 1) d")" 0 "$1: nobody holds two active orders"
+	is "$(psql_val "SELECT count(*) FROM stampede_answers a WHERE a.status = 'ok' AND NOT EXISTS (SELECT 1
+		FROM seckill.orders o WHERE o.id = a.order_id AND o.user_id = a.user_id AND o.status <> 'cancelled')")" 0 \
+		"$1: every ok answer has its active order"
+}
+# resumed name new_master: sales go to the new master by themselves
+resumed() {
+	local calls orders started
+	calls=$(purchases "$2")
+	orders=$(sale_orders)
+	started=$(now_ms)
+	seckill_wait_for "[ \$(purchases $2) -ge $((calls + 500)) ] && sale_orders_at_least $((orders + 200))" 30
+	ok "[ $? -eq 0 ]" "$1: sales resume by themselves, on the new master"
+	diag "$1: 500 purchases on the new master within $(($(now_ms) - started)) ms of every sentinel naming it"
+}
+
+# The servers: a master, its replica, three sentinels
+redis_start "$first_port" && redis_start "$second_port" --replicaof 127.0.0.1 "$first_port" &&
+	seckill_wait_for "replicates $second_port $first_port" 10
+ok "[ $? -eq 0 ]" "a Redis master on port $first_port, its replica on port $second_port" || finish
+for s in "${sentinel_ports[@]}"; do
+	sentinel_start "$s"
+done
+seckill_wait_for sentinels_ready 20
+ok "[ $? -eq 0 ]" "three sentinels on ports ${sentinel_ports[*]} see the master, its replica and each other" || finish
+
+# 1. Discovery
+seckill_configure "SET seckill.redis_sentinels = '$sentinels'" "SET seckill.redis_master_name = 'mymaster'"
+ok "[ $? -eq 0 ]" "the worker asks the sentinels for the master" || finish
+sale_begin "sentinel-$$" 40000
+# when each answer came, for the gaps
+psql_val "ALTER TABLE stampede_answers ADD COLUMN at timestamptz DEFAULT clock_timestamp()"
+master=$first_port
+replica=$second_port
+is "$(psql_val "SELECT status FROM seckill_buy('first-buyer', '$SALE_GOODS')" 2>&1)" ok \
+	"discovery: a purchase answers ok"
+seckill_wait_for "[ \"\$(agrees)\" = t ]" 10
+ok "[ $? -eq 0 ]" "discovery: seckill_status agrees with PostgreSQL" || diag "$(figures)"
+is "$(held "$master")" "$(expected)" "discovery: the campaign is on the master the sentinels name"
+seckill_wait_for "[ \"\$(held $replica)\" = \"\$(expected)\" ]" 10
+ok "[ $? -eq 0 ]" "discovery: and on its replica"
+
+# 2. SENTINEL FAILOVER: the old master stays writable until the sentinels
+#    turn it into a replica, some 10 s later; the worker must not wait for that
+since=$(pg_now)
+mark=$(wc -c <"$log")
+comp=$(compensations)
+crowd 14 failover
+seckill_wait_for "[ \$(oks_since '$since') -ge 1000 ]" 30
+ok "[ $? -eq 0 ]" "failover: the sale is under way" || finish
+is "$(rcli "${sentinel_ports[0]}" SENTINEL FAILOVER mymaster)" OK "failover: SENTINEL FAILOVER mymaster"
+started=$(now_ms)
+seckill_wait_for "named_by_all $replica" 15
+ok "[ $? -eq 0 ]" "failover: every sentinel names the replica the master ($(($(now_ms) - started)) ms)" || finish
+resumed failover "$replica"
+seckill_wait_for "replicates $master $replica" 30
+ok "[ $? -eq 0 ]" "failover: the old master became a replica of the new one ($(($(now_ms) - started)) ms)" || finish
+after failover "$since" "$mark" "$replica" "$comp"
+master=$second_port
+replica=$first_port
+
+# 3. Lost writes: the replica's link goes through the relay, frozen, then the
+#    master is killed.  The sentinels would point the replica back at the
+#    master's own address failover-timeout after they see it moved (+fix-slave-
+#    config), so the relay goes in only now, seconds before the kill.
+since=$(pg_now)
+mark=$(wc -c <"$log")
+comp=$(compensations)
+socat TCP-LISTEN:"$relay_port",bind=127.0.0.1,reuseaddr,fork TCP:127.0.0.1:"$master" &
+relay=$!
+seckill_wait_for "(exec 3<>/dev/tcp/127.0.0.1/$relay_port) 2>/dev/null" 10
+crowd 14 kill
+rcli "$replica" REPLICAOF 127.0.0.1 "$relay_port" >/dev/null
+seckill_wait_for "replicates $replica $relay_port" 10
+ok "[ $? -eq 0 ]" "kill: the replica replicates through a relay on port $relay_port" || finish
+seckill_wait_for "[ \$(oks_since '$since') -ge 500 ]" 30
+ok "[ $? -eq 0 ]" "kill: the sale is under way" || finish
+relay_signal STOP
+frozen=$(sale_orders)
+seckill_wait_for "sale_orders_at_least $((frozen + 500))" 15
+ok "[ $? -eq 0 ]" "kill: the link frozen, the master takes 500 more orders"
+stale=$(held "$replica")
+current=$(held "$master")
+ok "[ ${stale%% *} -gt ${current%% *} ]" \
+	"kill: the replica misses them (its stock ${stale%% *}, the master's ${current%% *})"
+diag "kill: the replica is $(($(info "$master" replication master_repl_offset) -
+	$(info "$replica" replication slave_repl_offset))) bytes of replication behind"
+pid=$(cat "$work/redis-$master/pid")
+kill -KILL "$pid"
+rm -f "$work/redis-$master/pid"
+started=$(now_ms)
+seckill_wait_for "named_by_all $replica" 30
+ok "[ $? -eq 0 ]" "kill: master killed, the sentinels promote the replica ($(($(now_ms) - started)) ms)" || finish
+{
+	relay_signal KILL
+	wait "$relay"
+} 2>/dev/null
+relay=
+resumed "kill" "$replica"
+after "kill" "$since" "$mark" "$replica" "$comp"
+old=$master
+master=$replica
+
+# 4. The old master back, empty and a master of its own until the sentinels
+#    turn it into a replica
+since=$(pg_now)
+crowd 16 rejoin
+seckill_wait_for "[ \$(oks_since '$since') -ge 300 ]" 30
+ok "[ $? -eq 0 ]" "rejoin: the sale is under way" || finish
+redis_start "$old"
+ok "[ $? -eq 0 ] && [ \"\$(info $old replication role)\" = master ] && [ \"\$(rcli $old DBSIZE)\" = 0 ]" \
+	"rejoin: the old master restarted empty, a master of its own"
+restarted=$(pg_now)
+started=$(now_ms)
+seckill_wait_for "replicates $old $master" 30
+ok "[ $? -eq 0 ]" "rejoin: the sentinels made it a replica of the master ($(($(now_ms) - started)) ms)" || finish
+rejoined=$(oks_since "$restarted")
+ok "[ $rejoined -ge 500 ]" "rejoin: sales went on meanwhile ($rejoined ok answers)"
+crowd_end rejoin
+diag "rejoin: answers $(answers "$since")" "rejoin: errors $(errors "$since")"
+is "$(psql_val "SELECT count(*) FROM stampede_answers WHERE status = 'error' AND at >= '$since'")" 0 \
+	"rejoin: no call failed"
+seckill_wait_for "[ \"\$(agrees)\" = t ]" 30
+ok "[ $? -eq 0 ]" "rejoin: Redis agrees with PostgreSQL" || diag "rejoin: $(figures)"
+seckill_wait_for "[ \"\$(held $old)\" = \"\$(expected)\" ]" 10
+ok "[ $? -eq 0 ]" "rejoin: the new replica holds the master's data"
+invariants rejoin
+replica=$old
+
+# 5. Without sentinels, pointed at the replica: an error naming its role, at
+#    once; the worker tries again at most a few times a second
+seckill_configure "RESET seckill.redis_sentinels" "SET seckill.redis_host = '127.0.0.1'" \
+	"SET seckill.redis_port = $replica"
+ok "[ $? -eq 0 ]" "replica: the worker pointed at the replica on port $replica, without sentinels" || finish
+connections=$(info "$replica" stats total_connections_received)
+window=$(now_ms)
+for n in 1 2 3; do
+	started=$(now_ms)
+	answer=$(psql -XAtq -v VERBOSITY=verbose -c "SELECT * FROM seckill_buy('replica-$n', '$SALE_GOODS')" 2>&1)
+	took=$(($(now_ms) - started))
+	[ "$n" = 1 ] && diag "replica: $answer"
+	grep -q '^ERROR:' <<<"$answer" && grep -q 'is a replica, not a master' <<<"$answer"
+	ok "[ $? -eq 0 ]" "replica: call $n fails with an error naming the role" || diag "replica: call $n: $answer"
+	ok "[ $took -lt 2000 ]" "replica: call $n answers within 2 s ($took ms)"
+done
+sleep 2 # the window: a persistent error
+window=$(($(now_ms) - window))
+# less the connection that asks
+connections=$(($(info "$replica" stats total_connections_received) - connections - 1))
+ok "[ $((connections * 1000)) -le $((window * 5)) ]" \
+	"replica: no reconnect storm ($connections connections in $window ms)"
+seckill_configure "RESET seckill.redis_host" "RESET seckill.redis_port" "SET seckill.redis_sentinels = '$sentinels'"
+tries=0
+buys() {
+	tries=$((tries + 1))
+	[ "$(psql_val "SELECT status FROM seckill_buy('back-$tries', '$SALE_GOODS')" 2>/dev/null)" = ok ]
+}
+seckill_wait_for buys 15
+ok "[ $? -eq 0 ]" "replica: with the sentinels back, a purchase answers ok (call $tries)"
+invariants replica
+
+sale_finish
+SALE_WORK=
+psql_val "SELECT seckill_close('$SALE_GOODS')" >/dev/null
+
+# The suite's Redis again, for the tests after this one
+mark=$(wc -c <"$log")
+seckill_configure "RESET seckill.redis_sentinels" "RESET seckill.redis_master_name"
+ok "[ $? -eq 0 ]" "settings reset"
+is "$(psql_val "SELECT seckill_lock('sentinel-$$') > 0 AND seckill_unlock('sentinel-$$')" 2>&1)" t \
+	"a lock taken and released: the worker works with the suite's Redis again"
+ok "[ $(logged "$mark" "connected to Redis at 127.0.0.1:$SECKILL_REDIS_PORT") -gt 0 ]" \
+	"the worker is connected to the suite's Redis on port $SECKILL_REDIS_PORT"
+
+finish

@@ -60,23 +60,9 @@ pgctl() { # pgctl server pg_ctl-arguments...
 ready() { pg_isready -q -h 127.0.0.1 -p "$1"; }
 now_ms() { date +%s%3N; }
 lsn_diff() { val "$primary_port" "SELECT pg_wal_lsn_diff('$1', '$2')::bigint"; }
-logs() {
-	local f
-	for f in "$work"/*.log; do
-		[ -s "$f" ] && diag "----- last lines of $f -----" "$(tail -n 25 "$f")"
-	done
-}
-finish() {
-	[ "$TAP_FAILED" -gt 0 ] && logs
-	done_testing
-}
+finish() { done_testing_with_logs 25 "$work"/*.log; }
 
-for port in "$primary_port" "$standby_port" "$relay_port" "$sync_port"; do
-	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-		echo "Bail out! port $port is in use (set SECKILL_FAILOVER_PORT)"
-		exit 255
-	fi
-done
+ports_free SECKILL_FAILOVER_PORT "$primary_port" "$standby_port" "$relay_port" "$sync_port"
 
 # standby name source_port port: a base backup of the server on source_port,
 # started as its standby on port

@@ -74,23 +74,9 @@ trap cleanup EXIT
 
 now_ms() { date +%s%3N; }
 pg_now() { psql_val "SELECT clock_timestamp()"; }
-logs() {
-	local f
-	for f in "$work"/*/log; do
-		[ -s "$f" ] && diag "----- last lines of $f -----" "$(tail -n 15 "$f")"
-	done
-}
-finish() {
-	[ "$TAP_FAILED" -gt 0 ] && logs
-	done_testing
-}
+finish() { done_testing_with_logs 15 "$work"/*/log; }
 
-for port in "$first_port" "$second_port" "$relay_port" "${sentinel_ports[@]}"; do
-	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-		echo "Bail out! port $port is in use (set SECKILL_SENTINEL_PORT)"
-		exit 255
-	fi
-done
+ports_free SECKILL_SENTINEL_PORT "$first_port" "$second_port" "$relay_port" "${sentinel_ports[@]}"
 
 # redis_start port [options...]: a Redis of our own, empty.  A replica writes
 # the data set it synced to dump.rdb even without persistence, and a restart

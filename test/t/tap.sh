@@ -86,6 +86,32 @@ session_end() {
 
 # Ends the test: prints the plan if none was given and exits with the number
 # of failures, after the servers' last log lines when something failed.
+# ports_free setting port...: for a test's servers of its own; bail out when a
+# port is taken (setting: the variable that moves them)
+ports_free() {
+	local setting=$1 port
+	shift
+	for port in "$@"; do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			echo "Bail out! port $port is in use (set $setting)"
+			exit 255
+		fi
+	done
+}
+
+# done_testing_with_logs lines file...: done_testing, showing first the last
+# lines of those servers' logs when a check failed
+done_testing_with_logs() {
+	local lines=$1 f
+	shift
+	if [ "$TAP_FAILED" -gt 0 ]; then
+		for f in "$@"; do
+			[ -s "$f" ] && diag "----- last lines of $f -----" "$(tail -n "$lines" "$f")"
+		done
+	fi
+	done_testing
+}
+
 done_testing() {
 	[ -n "$TAP_PLANNED" ] || echo "1..$TAP_COUNT"
 	if [ "$TAP_FAILED" -gt 0 ]; then

@@ -139,7 +139,7 @@ seckill_define_gucs(void)
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("seckill.worker_statement_timeout",
 							"Longest time one transaction of the worker may run.",
-							"Past it the transaction is rolled back and its request fails with SQLSTATE 57014; the database's and roles' statement_timeout do not apply to the worker.",
+							"Past it the transaction is rolled back and its request fails with SQLSTATE SK001; the database's and roles' statement_timeout do not apply to the worker.",
 							&seckill_worker_statement_timeout, 10000, 100, 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("seckill.max_locks",

@@ -181,7 +181,7 @@ seckill_reply_checked(SeckillRequestKind kind, SeckillReply reply)
 					(errcode(failure_code(reply.sqlerrcode, reply.sqlerrcode ? reply.sqlerrcode : ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE)),
 					 errmsg("%s", reply.message),
 					 reply.sqlerrcode == ERRCODE_QUERY_CANCELED ?
-					 errdetail("The worker's transaction ran past seckill.worker_statement_timeout and was rolled back.") : 0));
+					 errdetail("The worker's transaction was canceled (seckill.worker_statement_timeout, or a cancel of the worker) and rolled back.") : 0));
 			break;
 		case SK_ERR_LOCKED:
 			ereport(ERROR,
@@ -193,7 +193,7 @@ seckill_reply_checked(SeckillRequestKind kind, SeckillReply reply)
 			ereport(ERROR,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 					 errmsg("%s", reply.message),
-					 errhint("This server was the primary before a failover: sell on the new primary. Rejoin this one as its standby (pg_rewind), or give it its own seckill.redis_prefix.")));
+					 errhint("This server was the primary before a failover: sell on the new primary, and rejoin this one as its standby (pg_rewind).")));
 			break;
 		default:
 			break;

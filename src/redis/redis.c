@@ -57,9 +57,13 @@ static char *conn_master_name = NULL;
 /* The master's run_id, as INFO gave it at connection ("" when not allowed). */
 static char run_id[64] = "";
 
-/* When the sentinels were last asked whether the master is still the same. */
-static TimestampTz sentinels_asked_at = 0;
+/*
+ * When the sentinels are next asked whether the master is still the same:
+ * twice a second, or after 5 s when none answered the last time.
+ */
+static TimestampTz sentinels_due = 0;
 #define SENTINEL_POLL_MS 500
+#define SENTINEL_RETRY_MS 5000
 
 /* A pipeline is out and its replies not all read: the connection is mid-request. */
 static bool in_flight = false;
@@ -310,6 +314,10 @@ sk_redis_abandon(void)
 void
 sk_redis_reload(void)
 {
+	if (conn_sentinels != NULL &&
+		(strcmp(conn_sentinels, seckill_redis_sentinels) != 0 ||
+		 strcmp(conn_master_name, seckill_redis_master_name) != 0))
+		sk_sentinel_close();
 	if (conn == NULL)
 	{
 		next_attempt = 0;
@@ -667,11 +675,14 @@ sk_reply_int(const SkReply *r)
 	return -1;
 }
 
-/* A key of the whole prefix, not of one campaign. */
+/*
+ * A key of the whole prefix, not of one campaign: prefix:{prefix}:<part>,
+ * all in one Redis Cluster slot, so that one script may use several.
+ */
 char *
 sk_prefix_key(const char *part)
 {
-	return psprintf("%s:%s", seckill_redis_prefix, part);
+	return psprintf("%s:{%s}:%s", seckill_redis_prefix, seckill_redis_prefix, part);
 }
 
 char *
@@ -882,17 +893,26 @@ sk_redis_watch(void)
 	char		why[256];
 	char	   *password = NULL;
 
-	if (conn == NULL || !sk_sentinel_enabled() ||
-		GetCurrentTimestamp() < TimestampTzPlusMilliseconds(sentinels_asked_at, SENTINEL_POLL_MS))
+	bool		named;
+
+	if (conn == NULL || !sk_sentinel_enabled() || GetCurrentTimestamp() < sentinels_due)
 		return;
-	sentinels_asked_at = GetCurrentTimestamp();
-	if (seckill_redis_password_file[0] != '\0')
+	/* the password only to open a sentinel connection: it is kept */
+	if (!sk_sentinel_connected() && seckill_redis_password_file[0] != '\0')
+	{
+		char		error[sizeof(last_error)];
+
+		strlcpy(error, last_error, sizeof(error));
 		password = read_password();
-	if (sk_sentinel_master(password, host, sizeof(host), &port, why, sizeof(why)) &&
-		(strcmp(host, conn_host) != 0 || port != conn_port))
-		sk_redis_disconnect(psprintf("the sentinels name a new master, %s:%d", host, port));
+		strlcpy(last_error, error, sizeof(last_error));
+	}
+	named = sk_sentinel_poll(password, host, sizeof(host), &port, why, sizeof(why));
 	if (password)
 		memset(password, 0, strlen(password));
+	sentinels_due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												named ? SENTINEL_POLL_MS : SENTINEL_RETRY_MS);
+	if (named && (strcmp(host, conn_host) != 0 || port != conn_port))
+		sk_redis_disconnect(psprintf("the sentinels name a new master, %s:%d", host, port));
 }
 
 /*
@@ -934,7 +954,7 @@ connect_now(void)
 			return false;
 		}
 		remember_settings(host, port);
-		sentinels_asked_at = GetCurrentTimestamp();
+		sentinels_due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), SENTINEL_POLL_MS);
 	}
 	else
 		remember_settings(seckill_redis_host, seckill_redis_port);
@@ -988,7 +1008,23 @@ sk_redis_connect(void)
 
 	if (conn != NULL)
 		return true;
-	ok = connect_now();
+	PG_TRY();
+	{
+		ok = connect_now();
+	}
+	PG_CATCH();
+	{
+		/* an ERROR (a cancel, a statement timeout) broke the handshake off */
+		connecting = false;
+		if (conn != NULL)
+		{
+			redisFree(conn);
+			conn = NULL;
+			rebuild_wait_set();
+		}
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	connecting = false;
 	return ok;
 }

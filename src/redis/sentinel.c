@@ -120,6 +120,50 @@ ask(char *host, size_t hostlen, int *port, char *why, size_t whylen)
 	return named;
 }
 
+/* Round robin over seckill.redis_sentinels for sk_sentinel_poll. */
+static int	next_sentinel = 0;
+
+bool
+sk_sentinel_connected(void)
+{
+	return sentinel != NULL;
+}
+
+/*
+ * Ask one sentinel only: the one asked last, or else the next of the list.
+ * For the worker's periodic check, which must cost one bounded step, never a
+ * walk through sentinels that do not answer.
+ */
+bool
+sk_sentinel_poll(const char *password, char *host, size_t hostlen, int *port,
+				 char *why, size_t whylen)
+{
+	char	   *list;
+	char	   *addr;
+	char	   *save = NULL;
+	int			n = 0;
+
+	if (sentinel != NULL)
+		return ask(host, hostlen, port, why, whylen);
+	list = pstrdup(seckill_redis_sentinels);
+	for (addr = strtok_r(list, ", ", &save); addr != NULL; addr = strtok_r(NULL, ", ", &save))
+		n++;
+	if (n == 0)
+		return false;
+	pfree(list);
+	list = pstrdup(seckill_redis_sentinels);
+	save = NULL;
+	addr = strtok_r(list, ", ", &save);
+	for (int i = 0; i < next_sentinel % n; i++)
+		addr = strtok_r(NULL, ", ", &save);
+	next_sentinel++;
+	sentinel = open_sentinel(addr, password, why, whylen);
+	if (sentinel != NULL)
+		strlcpy(sentinel_addr, addr, sizeof(sentinel_addr));
+	pfree(list);
+	return sentinel != NULL && ask(host, hostlen, port, why, whylen);
+}
+
 /*
  * The master's address, from the sentinel asked last or else from the first
  * of seckill.redis_sentinels that names one.  False, with why, when none did.

@@ -230,7 +230,8 @@ wait_for_first_start(TimestampTz deadline)
 {
 	while (!OidIsValid(seckill_shared->database_id))
 	{
-		if (seckill_shared->connect_failures > 0 || ms_until(deadline) == 0)
+		/* 1 while a start connects; more once one failed */
+		if (seckill_shared->connect_failures > 1 || ms_until(deadline) == 0)
 			worker_not_running();
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Min(ms_until(deadline), 10), PG_WAIT_EXTENSION);
@@ -368,7 +369,11 @@ seckill_call(const SeckillRequest *request)
 	seckill_backend_prepare();
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_request_timeout);
 	if (!OidIsValid(seckill_shared->database_id))
+	{
 		wait_for_first_start(deadline);
+		/* now that the worker has said which database it serves */
+		seckill_check_database();
+	}
 	index = claim_slot(request, deadline, &seq);
 	slot = &seckill_slots[index];
 

@@ -42,6 +42,7 @@ typedef struct SeckillShared
 	pg_atomic_uint32 install_generation;	/* bumped by each CREATE EXTENSION */
 	bool		sales_from_database;	/* Redis unreachable: selling from PostgreSQL alone */
 	int			connect_failures;	/* worker starts in a row that could not reach seckill.database */
+	bool		fenced;			/* a newer primary sells through this Redis (worker/epoch.c) */
 } SeckillShared;
 
 extern SeckillShared *seckill_shared;

@@ -36,6 +36,7 @@ static SPIPlanPtr buyers_plan[2] = {NULL, NULL};	/* active, cancelled */
 /* The block of order ids the worker owns: [next_id, last_id]. */
 static int64 next_id = 0;
 static int64 last_id = -1;
+static bool block_recorded = true;	/* false: in use, not yet recorded */
 
 #define ORDER_ID_BLOCK 1000
 
@@ -106,19 +107,31 @@ store_forget_order_ids(void)
 {
 	next_id = 0;
 	last_id = -1;
+	block_recorded = true;
 }
 
 /*
  * Order ids for n purchases.  The worker owns blocks of ORDER_ID_BLOCK ids
  * (one nextval each), so most rounds need no transaction for this.  Each
  * new block is given to record(first, last) before it is used, which
- * answers 0 (recorded, or could not be: use it) or the highest id already
- * handed out, which the block does not pass: the sequence then skips past
- * that id (it lost blocks, to a failover on asynchronous replication).
+ * answers 0 (recorded), -1 (could not be: it is used all the same, and
+ * recorded as soon as it can be) or the highest id already handed out,
+ * which the block does not pass: the sequence then skips past that id (it
+ * lost blocks, to a failover on asynchronous replication).
  */
 void
 store_take_order_ids(int64 *ids, int n, int64 (*record) (int64 first, int64 last))
 {
+	if (!block_recorded && last_id >= next_id)
+	{
+		int64		highest = record(next_id, last_id);
+
+		if (highest >= 0)
+			block_recorded = true;
+		/* handed out by another server meanwhile: the rest of it goes */
+		if (highest > 0)
+			store_forget_order_ids();
+	}
 	if (last_id - next_id + 1 < n)
 	{
 		store_begin("seckill: order ids");
@@ -142,6 +155,7 @@ store_take_order_ids(int64 *ids, int n, int64 (*record) (int64 first, int64 last
 					SPI_OK_SELECT);
 				continue;
 			}
+			block_recorded = highest == 0;
 			if (start != last_id + 1)
 				next_id = start;
 			last_id = start + ORDER_ID_BLOCK - 1;

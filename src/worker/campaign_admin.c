@@ -46,7 +46,7 @@ sk_admin_close(const SeckillRequest *request, SeckillReply *reply)
 
 	if (!sk_journal_replay_campaign(id, NULL, NULL))
 	{
-		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		sk_journal_not_ready(reply);
 		return;
 	}
 	store_begin("seckill: close campaign");
@@ -139,7 +139,7 @@ sk_admin_reconcile(const SeckillRequest *request, SeckillReply *reply)
 
 	if (!sk_journal_replay_campaign(id, &committed, &compensated))
 	{
-		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		sk_journal_not_ready(reply);
 		return;
 	}
 	campaign_status(id, reply);
@@ -240,7 +240,7 @@ restock(const SkCancelled *c)
 		/* -2: a newer primary sells it; this one's cancel is on a timeline left behind */
 		if (sk_reply_int(&r[i]) == -2)
 		{
-			sk_epoch_fence("a restock was refused", 0);
+			sk_epoch_fence("a restock was refused");
 			continue;
 		}
 		seckill_campaign_note_stock(c->campaign_id, sent[i], sk_reply_int(&r[i]));
@@ -330,7 +330,7 @@ sk_admin_restock(const SeckillRequest *request, SeckillReply *reply)
 
 	if (!sk_journal_replay_campaign(id, NULL, NULL))
 	{
-		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		sk_journal_not_ready(reply);
 		return;
 	}
 	store_begin("seckill: restock campaign");

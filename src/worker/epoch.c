@@ -24,14 +24,15 @@
 
 #include "access/xlog.h"
 #include "redis/redis.h"
+#include "shared/shmem.h"
 #include "store/store.h"
 #include "utils/memutils.h"
 
 static TimeLineID timeline = 0;
 static char epoch_arg[16];
 
-/* Set when Redis records a newer epoch than ours. */
-static int64 fenced_by = 0;
+/* Set when Redis records a newer epoch than ours; until the worker restarts. */
+static bool fenced = false;
 
 /* The campaigns a take-over marked stale, for the worker to rebuild. */
 static int64 *taken_over = NULL;
@@ -52,20 +53,22 @@ sk_epoch_arg(void)
 bool
 sk_epoch_fenced(void)
 {
-	return fenced_by != 0;
+	return fenced;
 }
 
 /* A script said a newer primary sells through this Redis. */
 void
-sk_epoch_fence(const char *what, int64 newer)
+sk_epoch_fence(const char *what)
 {
-	if (fenced_by != 0)
+	if (fenced)
 		return;
-	fenced_by = Max(newer, (int64) timeline + 1);
+	fenced = true;
+	/* backends stop answering from their cache too */
+	seckill_shared->fenced = true;
 	ereport(WARNING,
-			(errmsg("seckill worker stops selling: timeline %u is older than timeline " INT64_FORMAT ", which sells through this Redis (%s)",
-					timeline, fenced_by, what),
-			 errhint("This server was the primary before a failover. Rejoin it as a standby of the new primary (pg_rewind), or give it its own seckill.redis_prefix.")));
+			(errmsg("seckill worker stops selling until it restarts: a newer timeline than its own (%u) sells through this Redis (%s)",
+					timeline, what),
+			 errhint("This server was the primary before a failover. Rejoin it as a standby of the new primary (pg_rewind).")));
 }
 
 void
@@ -73,8 +76,8 @@ sk_epoch_reply_fenced(SeckillReply *reply)
 {
 	reply->status = SK_ERR_FENCED;
 	snprintf(reply->message, sizeof(reply->message),
-			 "seckill does not sell on this server: its timeline %u is older than timeline " INT64_FORMAT ", which sells through this Redis since a failover",
-			 timeline, fenced_by);
+			 "seckill does not sell on this server: a newer timeline than its own (%u) sells through this Redis since a failover",
+			 timeline);
 }
 
 /*
@@ -86,13 +89,16 @@ sk_epoch_reply_fenced(SeckillReply *reply)
  * this one.
  */
 static bool
-take_over(const char *why)
+take_over(const char *why, const char *stale)
 {
 	List	   *rows = store_preheated_campaigns();
 	ListCell   *lc;
 	SkPipeline	p;
 	SkReply    *r;
 	int			reply = 0;
+
+	if (store_sql_outdated)
+		return false;
 
 	sk_pipeline_init(&p);
 	foreach(lc, rows)
@@ -103,7 +109,7 @@ take_over(const char *why)
 		for (int shard = 0; shard < nshards; shard++)
 		{
 			sk_pipeline_add(&p, 6, (const char *[]) {"HSET", sk_shard_key(row->id, shard, nshards, "meta"),
-								"epoch", sk_epoch_arg(), "stale", "1"}, NULL);
+								"epoch", sk_epoch_arg(), "stale", stale}, NULL);
 			sk_pipeline_add(&p, 2, (const char *[]) {"SCARD", sk_shard_key(row->id, shard, nshards, "buyers")}, NULL);
 		}
 	}
@@ -151,9 +157,11 @@ sk_epoch_stale_campaigns(const int64 **ids)
 }
 
 /*
- * Once per Redis connection, before its journals are replayed: record our
- * epoch, or learn that a newer primary sells through this Redis.  False
- * when fenced or when Redis failed.
+ * Before each journal replay: learn whether a newer primary sells through
+ * this Redis (fenced), or whether this is a new epoch or a new master (the
+ * campaigns are marked stale first, then the epoch and master recorded, so
+ * that a take-over broken off is done again next time).  False when fenced
+ * or when Redis failed.
  */
 bool
 sk_epoch_check(void)
@@ -162,39 +170,66 @@ sk_epoch_check(void)
 	SkReply    *r;
 	const char *keys[2] = {sk_prefix_key("epoch"), sk_prefix_key("master")};
 	int64		recorded;
+	const char *master;
+	char	   *why = NULL;
+	const char *stale = NULL;
+
+	if (fenced)
+		return false;
+	(void) sk_epoch_arg();		/* sets timeline */
+	sk_pipeline_init(&p);
+	sk_pipeline_add(&p, 2, (const char *[]) {"GET", keys[0]}, NULL);
+	sk_pipeline_add(&p, 2, (const char *[]) {"GET", keys[1]}, NULL);
+	r = sk_pipeline_exec(&p);
+	if (r == NULL)
+		return false;
+	recorded = r[0].type == REDIS_REPLY_STRING ? strtoll(r[0].str, NULL, 10) : 0;
+	master = r[1].type == REDIS_REPLY_STRING ? r[1].str : NULL;
+	if (recorded > (int64) timeline)
+	{
+		sk_epoch_fence("recorded in Redis");
+		return false;
+	}
+	if (recorded != 0 && recorded < (int64) timeline)
+	{
+		why = psprintf("timeline %u after timeline " INT64_FORMAT ": a promoted standby", timeline, recorded);
+		stale = "promotion";
+	}
+	else if (master != NULL && sk_redis_run_id()[0] != '\0' && strcmp(master, sk_redis_run_id()) != 0)
+	{
+		why = psprintf("a new Redis master, run_id %s: it may lack writes the old one acknowledged",
+					   sk_redis_run_id());
+		stale = "redis";
+	}
+	if (why != NULL && !take_over(why, stale))
+		return false;
 
 	sk_pipeline_init(&p);
 	sk_pipeline_script(&p, SK_SCRIPT_EPOCH, 2, keys, 2, (const char *[]) {sk_epoch_arg(), sk_redis_run_id()});
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 		return false;
-	if (r[0].type != REDIS_REPLY_ARRAY || r[0].elements != 2)
+	if (r[0].type != REDIS_REPLY_INTEGER)
 	{
 		sk_redis_disconnect(psprintf("Redis refused seckill's epoch script: %s",
 									 r[0].str ? r[0].str : "unexpected reply"));
 		return false;
 	}
-	recorded = sk_reply_int(&r[0].element[0]);
-	fenced_by = 0;
-	if (recorded > (int64) timeline)
+	/* a newer primary recorded itself meanwhile */
+	if (r[0].integer > (int64) timeline)
 	{
-		sk_epoch_fence("recorded in Redis", recorded);
+		sk_epoch_fence("recorded in Redis");
 		return false;
 	}
-	if (recorded != 0 && recorded < (int64) timeline)
-		return take_over(psprintf("timeline %u after timeline " INT64_FORMAT ": a promoted standby",
-								  timeline, recorded));
-	if (sk_reply_int(&r[0].element[1]) == 1)
-		return take_over(psprintf("a new Redis master, run_id %s: it may lack writes the old one acknowledged",
-								  sk_redis_run_id()));
 	return true;
 }
 
 /*
  * Record the block of order ids [first, last] in Redis before it is used.
  * Returns the highest id Redis has seen when the block is not past it (the
- * sequence skips past it), else 0: recorded, or Redis failed (the ids are
- * used all the same: sales from PostgreSQL alone go on without Redis).
+ * sequence skips past it), 0 when recorded, -1 when Redis failed (the ids
+ * are used all the same, since sales from PostgreSQL alone go on without
+ * Redis, and recorded later).
  */
 int64
 sk_epoch_record_ids(int64 first, int64 last)
@@ -204,12 +239,12 @@ sk_epoch_record_ids(int64 first, int64 last)
 	const char *key = sk_prefix_key("order-ids");
 
 	if (!sk_redis_connect())
-		return 0;
+		return -1;
 	sk_pipeline_init(&p);
 	sk_pipeline_script(&p, SK_SCRIPT_IDS, 1, &key, 2,
 					   (const char *[]) {psprintf(INT64_FORMAT, first), psprintf(INT64_FORMAT, last)});
 	r = sk_pipeline_exec(&p);
 	if (r == NULL || r[0].type != REDIS_REPLY_INTEGER)
-		return 0;
+		return -1;
 	return r[0].integer;
 }

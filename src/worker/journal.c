@@ -31,7 +31,6 @@
  */
 static bool needs_replay = true;
 static uint64 replayed_generation = 0;
-static uint64 checked_generation = 0;
 
 /* Committed orders whose journal entries Redis still holds. */
 static SkOrder *settled = NULL;	/* .home: the shard whose journal holds it */
@@ -137,11 +136,14 @@ replay_shard(int64 id, int shard, int nshards, int *committed, int *compensated)
 	epoch = r[1].element[0].str ? strtoll(r[1].element[0].str, NULL, 10) : 0;
 	if (epoch > strtoll(sk_epoch_arg(), NULL, 10))
 	{
-		sk_epoch_fence("a journal replay", epoch);
+		sk_epoch_fence("a journal replay");
 		return false;
 	}
+	/* marked stale by a take-over (worker/epoch.c): say which */
 	if (r[1].element[1].str != NULL)
-		reason = "lost in a failover: not committed on the promoted primary";
+		reason = strcmp(r[1].element[1].str, "promotion") == 0 ?
+			"lost in a failover: not committed on the promoted primary" :
+			"not committed: replayed from the Redis journal after a change of Redis master";
 	n = r[0].elements / 2;
 	if (n == 0)
 		return true;
@@ -264,10 +266,9 @@ sk_journal_ready(void)
 		return false;
 	if (needs_replay || replayed_generation != sk_redis_generation())
 	{
-		/* fenced: asked again on a new connection only */
-		if (sk_epoch_fenced() && checked_generation == sk_redis_generation())
+		/* fenced until the worker restarts */
+		if (sk_epoch_fenced())
 			return false;
-		checked_generation = sk_redis_generation();
 		if (!sk_epoch_check() || !replay_all())
 		{
 			sk_journal_lost();

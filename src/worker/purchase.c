@@ -119,7 +119,7 @@ sk_purchase_from_database(RoundItem **items, int n)
 static void
 fenced(RoundItem *item, const SkReply *r)
 {
-	sk_epoch_fence("a purchase was refused", sk_reply_int(&r->element[1]));
+	sk_epoch_fence("a purchase was refused");
 	sk_journal_lost();
 	sk_epoch_reply_fenced(&item->reply);
 }

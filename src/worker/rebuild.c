@@ -345,7 +345,7 @@ start(Rebuild *r, SeckillReply *reply)
 	r->staged = MemoryContextAllocZero(rebuild_cxt, sizeof(int64) * r->nshards);
 	if (!r->draft && !sk_journal_replay_campaign(r->campaign_id, NULL, NULL))
 	{
-		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+		sk_journal_not_ready(reply);
 		return false;
 	}
 	return restart(r, reply);
@@ -509,7 +509,7 @@ load(Rebuild *r, SeckillReply *reply, bool *again)
 		}
 		if (strncmp(replies[shard].str, "SECKILL_FENCED", 14) == 0)
 		{
-			sk_epoch_fence("a load was refused", 0);
+			sk_epoch_fence("a load was refused");
 			sk_epoch_reply_fenced(reply);
 			return false;
 		}
@@ -556,7 +556,7 @@ advance(Rebuild *r, SeckillReply *reply)
 		/* a new connection: Redis may have restarted and lost what was staged */
 		if (!r->draft && !sk_journal_replay_campaign(r->campaign_id, NULL, NULL))
 		{
-			seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+			sk_journal_not_ready(reply);
 			return true;
 		}
 		return !restart(r, reply);

@@ -654,6 +654,7 @@ seckill_worker_main(Datum main_arg)
 
 	seckill_shared->database_id = MyDatabaseId;
 	seckill_shared->worker_pid = MyProcPid;
+	seckill_shared->fenced = false;	/* until its first Redis connection says otherwise */
 	seckill_shared->worker_latch = MyLatch;
 	ereport(LOG, (errmsg("seckill worker started for database \"%s\"", seckill_database)));
 

@@ -10,7 +10,10 @@
 #     TCP relay (socat), is frozen with SIGSTOP: the promoted replica lacks
 #     acknowledged purchases, and the rebuild repairs them without a reconcile;
 #  4. the old master restarted empty: it rejoins as a replica, sales go on;
-#  5. without sentinels, pointed at a replica: every call fails at once with
+#  5. passwords on the master, its replica and the sentinels: the worker gives
+#     the one of seckill.redis_password_file to the sentinels too, then as an
+#     ACL user (seckill.redis_user), and the log never shows it;
+#  6. without sentinels, pointed at a replica: every call fails at once with
 #     an error naming the role, without a storm of connections.
 # After each: no oversell, nobody with two active orders, every ok an order.
 # Then the shared end of the fault tests (test/t/sale.sh).
@@ -60,6 +63,7 @@ cleanup() {
 	[ -n "$CROWD" ] && kill "$CROWD" 2>/dev/null && wait "$CROWD"
 	psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_sentinels" -c "ALTER SYSTEM RESET seckill.redis_master_name" \
 		-c "ALTER SYSTEM RESET seckill.redis_host" -c "ALTER SYSTEM RESET seckill.redis_port" \
+		-c "ALTER SYSTEM RESET seckill.redis_user" -c "ALTER SYSTEM RESET seckill.redis_password_file" \
 		-c "SELECT pg_reload_conf()" >/dev/null 2>&1
 	# first the relay: a master does not shut down while a replica lags
 	[ -n "$relay" ] && relay_signal KILL
@@ -202,6 +206,16 @@ compensations() { psql_val "SELECT count(*) FROM seckill.compensations WHERE cam
 logged() { # logged byte_offset regex: lines of the server log since then
 	tail -c +"$(($1 + 1))" "$log" | grep -ciE "$2"
 }
+
+# buys tag: a purchase by a new user answers ok; tries counts the calls
+tries=0
+buys() {
+	tries=$((tries + 1))
+	[ "$(psql_val "SELECT status FROM seckill_buy('$1-$tries', '$SALE_GOODS')" 2>/dev/null)" = ok ]
+}
+# must command...: refusals counts the commands that did not answer OK
+refusals=0
+must() { [ "$("$@" 2>&1)" = OK ] || refusals=$((refusals + 1)); }
 
 # after name since mark master compensations_before: what every failover is
 # checked for once its crowd is done
@@ -354,7 +368,84 @@ ok "[ $? -eq 0 ]" "rejoin: the new replica holds the master's data"
 invariants rejoin
 replica=$old
 
-# 5. Without sentinels, pointed at the replica: an error naming its role, at
+# 5. Passwords.  The sentinels learn the servers' and each other's before
+#    anyone asks for one, lest they lose sight of the master and fail it over.
+secret="S3cret-$RANDOM-$RANDOM"
+mark=$(wc -c <"$log")
+refusals=0
+for s in "${sentinel_ports[@]}"; do
+	must rcli "$s" SENTINEL CONFIG SET sentinel-pass "$secret"
+	must rcli "$s" SENTINEL SET mymaster auth-pass "$secret"
+done
+must rcli "$replica" CONFIG SET masterauth "$secret" requirepass "$secret"
+must rcli "$master" CONFIG SET requirepass "$secret"
+# a sentinel has no requirepass: its default user gets the password
+for s in "${sentinel_ports[@]}"; do
+	must rcli "$s" ACL SETUSER default resetpass ">$secret"
+done
+is "$refusals" 0 "passwords: required by the master, its replica and the sentinels" || finish
+export REDISCLI_AUTH=$secret
+refused=0
+for port in "$master" "$replica" "${sentinel_ports[@]}"; do
+	[[ $(env -u REDISCLI_AUTH redis-cli -h 127.0.0.1 -p "$port" PING 2>&1) == NOAUTH* ]] && refused=$((refused + 1))
+done
+is "$refused" 5 "passwords: all five refuse a client without it"
+ok "sentinels_ready && named_by_all $master && replicates $replica $master" \
+	"passwords: the sentinels still see the master, its replica and each other"
+# the connections stay: the new setting makes the worker drop them
+printf '%s\n' "$secret" >"$work/redis.pass"
+chown postgres "$work/redis.pass"
+chmod 600 "$work/redis.pass"
+seckill_configure "SET seckill.redis_password_file = '$work/redis.pass'"
+ok "[ $? -eq 0 ]" "passwords: seckill.redis_password_file set" || finish
+tries=0
+seckill_wait_for "buys auth" 15
+ok "[ $? -eq 0 ]" "passwords: a purchase answers ok through the sentinels (call $tries)"
+ok "[ $(logged "$mark" "disconnected from Redis at 127.0.0.1:$master: the Redis settings changed") -gt 0 ] &&
+	[ $(logged "$mark" "connected to Redis at 127.0.0.1:$master, the master the sentinels name") -gt 0 ]" \
+	"passwords: the worker reconnected with the password"
+# an ACL user on all five (ACLs are not replicated), the same password
+for port in "$master" "$replica" "${sentinel_ports[@]}"; do
+	must rcli "$port" ACL SETUSER seckill on ">$secret" '~*' '&*' +@all
+done
+seckill_configure "SET seckill.redis_user = 'seckill'"
+ok "[ $? -eq 0 ] && [ $refusals -eq 0 ]" "acl: a user seckill on all five, seckill.redis_user set" || finish
+tries=0
+seckill_wait_for "buys acl" 15
+ok "[ $? -eq 0 ]" "acl: a purchase answers ok through the sentinels (call $tries)"
+ok "rcli $master CLIENT LIST | grep -q 'user=seckill'" "acl: the worker is connected to the master as seckill"
+asked=0
+for s in "${sentinel_ports[@]}"; do
+	rcli "$s" CLIENT LIST | grep -q 'user=seckill' && asked=$((asked + 1))
+done
+ok "[ $asked -ge 1 ]" "acl: and to a sentinel as seckill"
+ok "! grep -qF -e '$secret' '$log'" "passwords: the server log never shows the password"
+# Undone without a broken link: the passwords first (connections made with
+# them stay), then the settings, then the user
+for s in "${sentinel_ports[@]}"; do
+	must rcli "$s" ACL SETUSER default nopass
+done
+must rcli "$master" CONFIG SET requirepass ''
+must rcli "$replica" CONFIG SET requirepass '' masterauth ''
+unset REDISCLI_AUTH
+for s in "${sentinel_ports[@]}"; do
+	must rcli "$s" SENTINEL CONFIG SET sentinel-pass ''
+	must rcli "$s" SENTINEL SET mymaster auth-pass ''
+done
+seckill_configure "RESET seckill.redis_user" "RESET seckill.redis_password_file"
+ok "[ $? -eq 0 ] && [ $refusals -eq 0 ]" "passwords: off again, the settings reset" || finish
+for port in "$master" "$replica" "${sentinel_ports[@]}"; do
+	[ "$(rcli "$port" ACL DELUSER seckill)" = 1 ] || refusals=$((refusals + 1))
+done
+is "$refusals" 0 "acl: the user seckill deleted"
+tries=0
+seckill_wait_for "buys plain" 15
+ok "[ $? -eq 0 ]" "passwords: without them, a purchase answers ok (call $tries)"
+ok "sentinels_ready && named_by_all $master && replicates $replica $master" \
+	"passwords: the same master throughout, its replica and the sentinels as before"
+invariants passwords
+
+# 6. Without sentinels, pointed at the replica: an error naming its role, at
 #    once; the worker tries again at most a few times a second
 seckill_configure "RESET seckill.redis_sentinels" "SET seckill.redis_host = '127.0.0.1'" \
 	"SET seckill.redis_port = $replica"
@@ -378,11 +469,7 @@ ok "[ $((connections * 1000)) -le $((window * 5)) ]" \
 	"replica: no reconnect storm ($connections connections in $window ms)"
 seckill_configure "RESET seckill.redis_host" "RESET seckill.redis_port" "SET seckill.redis_sentinels = '$sentinels'"
 tries=0
-buys() {
-	tries=$((tries + 1))
-	[ "$(psql_val "SELECT status FROM seckill_buy('back-$tries', '$SALE_GOODS')" 2>/dev/null)" = ok ]
-}
-seckill_wait_for buys 15
+seckill_wait_for "buys back" 15
 ok "[ $? -eq 0 ]" "replica: with the sentinels back, a purchase answers ok (call $tries)"
 invariants replica
 

@@ -129,6 +129,32 @@ sk_sentinel_connected(void)
 	return sentinel != NULL;
 }
 
+/* The sentinels of seckill.redis_sentinels, split; *n set to their count. */
+static char **
+sentinel_list(int *n)
+{
+	char	   *list = pstrdup(seckill_redis_sentinels);
+	char	  **addrs = palloc(sizeof(char *) * (strlen(list) / 2 + 1));
+	char	   *save = NULL;
+
+	*n = 0;
+	for (char *addr = strtok_r(list, ", ", &save); addr != NULL; addr = strtok_r(NULL, ", ", &save))
+		addrs[(*n)++] = addr;
+	return addrs;
+}
+
+/* Open the sentinel at addr and ask it. */
+static bool
+open_and_ask(const char *addr, const char *password, char *host, size_t hostlen, int *port,
+			 char *why, size_t whylen)
+{
+	sentinel = open_sentinel(addr, password, why, whylen);
+	if (sentinel == NULL)
+		return false;
+	strlcpy(sentinel_addr, addr, sizeof(sentinel_addr));
+	return ask(host, hostlen, port, why, whylen);
+}
+
 /*
  * Ask one sentinel only: the one asked last, or else the next of the list.
  * For the worker's periodic check, which must cost one bounded step, never a
@@ -138,30 +164,15 @@ bool
 sk_sentinel_poll(const char *password, char *host, size_t hostlen, int *port,
 				 char *why, size_t whylen)
 {
-	char	   *list;
-	char	   *addr;
-	char	   *save = NULL;
-	int			n = 0;
+	int			n;
+	char	  **addrs;
 
 	if (sentinel != NULL)
 		return ask(host, hostlen, port, why, whylen);
-	list = pstrdup(seckill_redis_sentinels);
-	for (addr = strtok_r(list, ", ", &save); addr != NULL; addr = strtok_r(NULL, ", ", &save))
-		n++;
+	addrs = sentinel_list(&n);
 	if (n == 0)
 		return false;
-	pfree(list);
-	list = pstrdup(seckill_redis_sentinels);
-	save = NULL;
-	addr = strtok_r(list, ", ", &save);
-	for (int i = 0; i < next_sentinel % n; i++)
-		addr = strtok_r(NULL, ", ", &save);
-	next_sentinel++;
-	sentinel = open_sentinel(addr, password, why, whylen);
-	if (sentinel != NULL)
-		strlcpy(sentinel_addr, addr, sizeof(sentinel_addr));
-	pfree(list);
-	return sentinel != NULL && ask(host, hostlen, port, why, whylen);
+	return open_and_ask(addrs[next_sentinel++ % n], password, host, hostlen, port, why, whylen);
 }
 
 /*
@@ -172,26 +183,15 @@ bool
 sk_sentinel_master(const char *password, char *host, size_t hostlen, int *port,
 				   char *why, size_t whylen)
 {
-	char	   *list;
-	char	   *addr;
-	char	   *save = NULL;
+	int			n;
+	char	  **addrs;
 
 	if (sentinel != NULL && ask(host, hostlen, port, why, whylen))
 		return true;
-	list = pstrdup(seckill_redis_sentinels);
+	addrs = sentinel_list(&n);
 	snprintf(why, whylen, "seckill.redis_sentinels is empty");
-	for (addr = strtok_r(list, ", ", &save); addr != NULL; addr = strtok_r(NULL, ", ", &save))
-	{
-		sentinel = open_sentinel(addr, password, why, whylen);
-		if (sentinel == NULL)
-			continue;
-		strlcpy(sentinel_addr, addr, sizeof(sentinel_addr));
-		if (ask(host, hostlen, port, why, whylen))
-		{
-			pfree(list);
+	for (int i = 0; i < n; i++)
+		if (open_and_ask(addrs[i], password, host, hostlen, port, why, whylen))
 			return true;
-		}
-	}
-	pfree(list);
 	return false;
 }

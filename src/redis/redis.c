@@ -277,6 +277,16 @@ set_error(const char *fmt,...)
 	va_end(ap);
 }
 
+/*
+ * Redis answered a command with an error the connection survives (NOPERM,
+ * OOM...): the caller's request failed, and this is why.
+ */
+void
+sk_redis_refused(const char *why)
+{
+	set_error("%s", why);
+}
+
 void
 sk_redis_disconnect(const char *why)
 {

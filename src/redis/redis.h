@@ -61,6 +61,7 @@ extern bool sk_redis_connect(void);
 extern bool sk_redis_connected(void);
 extern uint64 sk_redis_generation(void);
 extern void sk_redis_disconnect(const char *why);
+extern void sk_redis_refused(const char *why);
 extern void sk_redis_abandon(void);
 extern void sk_redis_reload(void);
 extern const char *sk_redis_error(void);

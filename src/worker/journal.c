@@ -21,6 +21,7 @@
 #include "shared/campaign_cache.h"
 #include "shared/stats.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 #include "worker/epoch.h"
 #include "worker/lease.h"
 
@@ -31,6 +32,10 @@
  */
 static bool needs_replay = true;
 static uint64 replayed_generation = 0;
+
+/* After Redis refused a replay: not before then, on the same connection. */
+static TimestampTz replay_due = 0;
+#define REPLAY_RETRY_MS 1000
 
 /* Committed orders whose journal entries Redis still holds. */
 static SkOrder *settled = NULL;	/* .home: the shard whose journal holds it */
@@ -81,13 +86,16 @@ sk_campaign_shards(int64 id)
 }
 
 /*
- * Redis answered with an error (LOADING, NOPERM, MOVED...): treat it as a
- * failed round trip, so that the replay is tried again later.
+ * Redis answered with an error (NOPERM, OOM, MOVED...): the replay failed
+ * and is tried again a second later, on the same connection (an error reply
+ * is not a broken connection; those that mean "not a master" drop it in
+ * redis/redis.c).
  */
 static bool
 redis_refused(const SkReply *r, const char *what)
 {
-	sk_redis_disconnect(psprintf("Redis refused %s: %s", what, r->str ? r->str : "unexpected reply"));
+	sk_redis_refused(psprintf("Redis refused %s: %s", what, r->str ? r->str : "unexpected reply"));
+	replay_due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REPLAY_RETRY_MS);
 	return false;
 }
 
@@ -268,6 +276,8 @@ sk_journal_ready(void)
 	{
 		/* fenced until the worker restarts */
 		if (sk_epoch_fenced())
+			return false;
+		if (replayed_generation == sk_redis_generation() && GetCurrentTimestamp() < replay_due)
 			return false;
 		if (!sk_epoch_check() || !replay_all())
 		{

@@ -84,7 +84,7 @@ sk_epoch_reply_fenced(SeckillReply *reply)
  * A newer timeline than Redis knows: mark every preheated campaign stale (in
  * each of its shards), so that neither an older primary nor this one sells
  * it before it is rebuilt; sk_epoch_stale_campaigns() hands them over.  The
- * buyers Redis counted that PostgreSQL has no order of are logged: after a
+ * items Redis had sold beyond what PostgreSQL counts are logged: after a
  * promotion, mostly purchases the old primary answered that never reached
  * this one.
  */
@@ -94,7 +94,7 @@ take_over(const char *why, const char *stale)
 	List	   *rows = store_preheated_campaigns();
 	ListCell   *lc;
 	SkPipeline	p;
-	SkReply    *r;
+	SkReply    *r = NULL;
 	int			reply = 0;
 
 	if (store_sql_outdated)
@@ -110,29 +110,28 @@ take_over(const char *why, const char *stale)
 		{
 			sk_pipeline_add(&p, 6, (const char *[]) {"HSET", sk_shard_key(row->id, shard, nshards, "meta"),
 								"epoch", sk_epoch_arg(), "stale", stale}, NULL);
-			sk_pipeline_add(&p, 2, (const char *[]) {"SCARD", sk_shard_key(row->id, shard, nshards, "buyers")}, NULL);
+			sk_pipeline_add(&p, 3, (const char *[]) {"HGET", sk_shard_key(row->id, shard, nshards, "meta"), "stock"}, NULL);
 		}
 	}
-	if (p.count > 0 && (r = sk_pipeline_exec(&p)) != NULL)
-	{
-		store_begin("seckill: count buyers");
-		foreach(lc, rows)
-		{
-			SkCampaignRow *row = lfirst(lc);
-			int64		in_redis = 0,
-						in_postgres = store_buyer_count(row->id, row->rebuy_after_cancel);
-
-			for (int shard = 0; shard < Max(row->limits.shards, 1); shard++, reply += 2)
-				in_redis += r[reply + 1].type == REDIS_REPLY_INTEGER ? r[reply + 1].integer : 0;
-			if (in_redis > in_postgres)
-				ereport(LOG,
-						(errmsg("seckill worker found " INT64_FORMAT " buyer(s) of campaign " INT64_FORMAT " (\"%s\") in Redis without an order here: purchases answered before the take-over that this server does not have (a PostgreSQL failover lost them), or still in the journal",
-								in_redis - in_postgres, row->id, row->goods)));
-		}
-		store_commit();
-	}
-	else if (p.count > 0)
+	if (p.count > 0 && (r = sk_pipeline_exec(&p)) == NULL)
 		return false;
+	foreach(lc, r != NULL ? rows : NIL)
+	{
+		SkCampaignRow *row = lfirst(lc);
+		int64		in_redis = 0;
+		bool		loaded = false;
+
+		for (int shard = 0; shard < Max(row->limits.shards, 1); shard++, reply += 2)
+			if (r[reply + 1].type == REDIS_REPLY_STRING)
+			{
+				in_redis += strtoll(r[reply + 1].str, NULL, 10);
+				loaded = true;
+			}
+		if (loaded && in_redis < row->total_stock - row->sold)
+			ereport(LOG,
+					(errmsg("seckill worker found %d item(s) of campaign " INT64_FORMAT " (\"%s\") sold in Redis without an order here: purchases answered before the take-over that this server does not have (a PostgreSQL failover lost them), or still in the journal",
+							(int) (row->total_stock - row->sold - in_redis), row->id, row->goods)));
+	}
 	if (taken_over != NULL)
 		pfree(taken_over);
 	taken_over = MemoryContextAlloc(TopMemoryContext, sizeof(int64) * (list_length(rows) + 1));

@@ -233,6 +233,8 @@ up_took=$(($(date +%s) - t))
 set +e
 # shellcheck source=test/t/tap.sh
 . "$SECKILL_ROOT/test/t/tap.sh"
+# shellcheck source=test/t/sale.sh
+. "$SECKILL_ROOT/test/t/sale.sh"
 TAP_STARTED=1
 
 if [ ${#made[@]} -gt 0 ]; then
@@ -270,13 +272,7 @@ check_orders() {
 	local active="o.campaign_id = $cid AND o.status <> 'cancelled'" when=$1
 	is "$(psql_val "SELECT count(*) FROM seckill.orders o WHERE $active")" "$STOCK" \
 		"$when: exactly $STOCK orders"
-	is "$(psql_val "SELECT coalesce(sum(qty), 0) || '/' || (SELECT sold FROM seckill.campaigns WHERE id = $cid)
-		FROM seckill.orders o WHERE $active")" "$STOCK/$STOCK" "$when: no oversell, ordered = sold = stock"
-	is "$(psql_val "SELECT count(*) FROM (SELECT 1 FROM seckill.orders o WHERE $active
-		GROUP BY o.user_id HAVING count(*) > 1) d")" 0 "$when: no user with two orders"
-	is "$(psql_val "SELECT count(*) FROM stampede_answers a WHERE a.status = 'ok'
-		AND NOT EXISTS (SELECT 1 FROM seckill.orders o WHERE $active AND o.id = a.order_id
-			AND o.user_id = a.user_id)")" 0 "$when: every ok answer has its committed order"
+	sale_invariants "$cid" "$STOCK" "$when"
 	is "$(psql_val "SELECT redis_stock || '/' || in_flight || '/' || redis_buyers FROM seckill_status('$goods')")" \
 		"0/0/$STOCK" "$when: Redis has stock 0, an empty journal, one buyer per order"
 	is "$(psql_val "SELECT status FROM seckill_buy('late-buyer', '$goods')")" sold_out \

@@ -168,16 +168,11 @@ figures() {
 		FROM seckill_status('$SALE_GOODS')" 2>&1
 }
 
-# crowd seconds name: 32 connections, 1,000 calls/s in all, users drawn from
-# [1, 30000] so that many ask again; in the background, its pid in CROWD
+# crowd seconds name: 32 connections, 1,000 calls/s in all (sale.sh's
+# sale_crowd); its pid in CROWD
 crowd() {
-	cat >"$SALE_WORK/$2.sql" <<SQL
-\set u random(1, 30000)
-SELECT try_buy('user-' || :u, '$SALE_GOODS');
-SQL
-	pgbench -n -c 32 -j 2 -R 1000 -T "$1" -f "$SALE_WORK/$2.sql" \
-		--log --log-prefix="$SALE_WORK/$2-txn" >"$SALE_WORK/$2.out" 2>&1 &
-	CROWD=$!
+	sale_crowd "$1" "$2" 30000 32 1000
+	CROWD=$SALE_CROWD
 }
 crowd_end() {
 	wait "$CROWD"

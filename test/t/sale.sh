@@ -22,15 +22,16 @@ sale_begin() {
 	SALE_CID=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$SALE_GOODS'")
 }
 
-# sale_crowd seconds name [users]: 64 connections, 2,000 calls/s, users drawn
-# from [1, users] (default 30,000) so that many ask twice; in the background,
-# its pid in SALE_CROWD, its pgbench output in $SALE_WORK/name.out
+# sale_crowd seconds name [users [connections [rate]]]: 64 connections,
+# 2,000 calls/s in all, users drawn from [1, users] (default 30,000) so that
+# many ask twice; in the background, its pid in SALE_CROWD, its pgbench
+# output in $SALE_WORK/name.out
 sale_crowd() {
 	cat >"$SALE_WORK/$2.sql" <<SQL
 \set u random(1, ${3:-30000})
 SELECT try_buy('user-' || :u, '$SALE_GOODS');
 SQL
-	pgbench -n -c 64 -j 2 -R 2000 -T "$1" -f "$SALE_WORK/$2.sql" \
+	pgbench -n -c "${4:-64}" -j 2 -R "${5:-2000}" -T "$1" -f "$SALE_WORK/$2.sql" \
 		--log --log-prefix="$SALE_WORK/$2-txn" >"$SALE_WORK/$2.out" 2>&1 &
 	SALE_CROWD=$!
 }
@@ -67,9 +68,23 @@ sale_slowest() {
 		awk '$3 ~ /^[0-9]+$/ { d = $3 - $7; if (d > m) m = d } END { printf "%d", m / 1000 }'
 }
 
+# sale_invariants campaign_id stock [label]: the invariants of
+# shared/DESIGN.md on a campaign sold out and the answers its callers logged
+# in stampede_answers: no oversell, nobody twice, every ok a committed order
+sale_invariants() {
+	local active="o.campaign_id = $1 AND o.status <> 'cancelled'" label=${3:+$3: }
+	is "$(psql_val "SELECT coalesce(sum(qty), 0) || '/' || (SELECT sold FROM seckill.campaigns WHERE id = $1)
+		FROM seckill.orders o WHERE $active")" "$2/$2" "${label}no oversell: ordered = sold = stock"
+	is "$(psql_val "SELECT count(*) FROM (SELECT 1 FROM seckill.orders o WHERE $active
+		GROUP BY o.user_id HAVING count(*) > 1) d")" 0 "${label}no user bought twice"
+	is "$(psql_val "SELECT count(*) FROM stampede_answers a WHERE a.status = 'ok'
+		AND NOT EXISTS (SELECT 1 FROM seckill.orders o WHERE $active AND o.id = a.order_id
+			AND o.user_id = a.user_id)")" 0 "${label}every ok answer has its committed order"
+}
+
 # sale_finish: reconcile, sell the rest, check the invariants, print the figures
 sale_finish() {
-	local active="o.campaign_id = $SALE_CID AND o.status <> 'cancelled'" reconciled
+	local reconciled
 	reconciled=$(psql_val "SELECT * FROM seckill_reconcile('$SALE_GOODS')")
 	ok "[ $? -eq 0 ]" "reconcile: $reconciled"
 	is "$(psql_val "SELECT redis_stock = pg_stock AND in_flight = 0 FROM seckill_status('$SALE_GOODS')")" t \
@@ -83,13 +98,7 @@ SQL
 		pgbench -n -c 32 -j 2 -T 2 -f "$SALE_WORK/rest.sql" >/dev/null 2>&1
 	done
 	is "$(sale_orders)" "$SALE_STOCK" "fresh buyers sold the rest: exactly $SALE_STOCK orders"
-	is "$(psql_val "SELECT coalesce(sum(qty), 0) || '/' || (SELECT sold FROM seckill.campaigns WHERE id = $SALE_CID)
-		FROM seckill.orders o WHERE $active")" "$SALE_STOCK/$SALE_STOCK" "no oversell: ordered = sold = stock"
-	is "$(psql_val "SELECT count(*) FROM (SELECT 1 FROM seckill.orders o WHERE $active
-		GROUP BY o.user_id HAVING count(*) > 1) d")" 0 "no user bought twice"
-	is "$(psql_val "SELECT count(*) FROM stampede_answers a WHERE a.status = 'ok'
-		AND NOT EXISTS (SELECT 1 FROM seckill.orders o WHERE $active AND o.id = a.order_id
-			AND o.user_id = a.user_id)")" 0 "every ok answer has its committed order"
+	sale_invariants "$SALE_CID" "$SALE_STOCK"
 	is "$(psql_val "SELECT count(*) FROM seckill.compensations c JOIN seckill.orders o ON o.id = c.request_id")" 0 \
 		"no reservation is both an order and a compensation"
 	is "$(psql_val "SELECT redis_stock || '/' || in_flight || '/' || redis_buyers FROM seckill_status('$SALE_GOODS')")" \

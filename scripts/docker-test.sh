@@ -22,7 +22,8 @@ PG_IMAGE=localhost/${PROJECT}_postgres:latest
 DB=shop
 STOCK=500
 HEALTH_TIMEOUT=180
-SECKILL_PACKAGES=(podman runc podman-compose debootstrap netavark aardvark-dns postgresql-15)
+# iptables: the firewall driver of netavark, podman's network stack
+SECKILL_PACKAGES=(podman runc podman-compose debootstrap netavark aardvark-dns iptables postgresql-15)
 # Keeps the Dockerfile's HEALTHCHECK, which the OCI format has no field for.
 export BUILDAH_FORMAT=docker
 

@@ -17,6 +17,7 @@
 #include "shared/shmem.h"
 #include "shared/stats.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(seckill_preheat);
 PG_FUNCTION_INFO_V1(seckill_close);
@@ -171,21 +172,26 @@ seckill_cancel(PG_FUNCTION_ARGS)
 Datum
 seckill_release_campaign(PG_FUNCTION_ARGS)
 {
-	int64		campaign_id = PG_GETARG_INT64(0);
+	SeckillRequest request = {.kind = SK_REQ_RELEASE};
 	int64		total[2] = {0, 0};
 	SeckillReply reply;
 
+	request.campaign_id = PG_GETARG_INT64(0);
+	/* from the first order on: each batch starts after the last one's */
+	request.after.created_at = DT_NOBEGIN;
 	do
 	{
 		CHECK_FOR_INTERRUPTS();
-		reply = seckill_call_checked(SK_REQ_RELEASE, campaign_id, NULL, 0);
+		reply = seckill_request_checked(&request);
 		total[0] += reply.values[0];
 		total[1] += reply.values[1];
+		request.after.created_at = reply.values[3];
+		request.after.order_id = reply.values[4];
 	} while (reply.values[2] != 0);
 	if (total[0] > 0)
 		ereport(LOG,
 				(errmsg("seckill released " INT64_FORMAT " unpaid order(s) of campaign " INT64_FORMAT " (" INT64_FORMAT " item(s))",
-						total[0], campaign_id, total[1])));
+						total[0], request.campaign_id, total[1])));
 	return values_row(fcinfo, total, 2);
 }
 

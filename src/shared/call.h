@@ -76,6 +76,11 @@ typedef struct SeckillRequest
 	SeckillLimits limits;		/* for SK_REQ_LIMITS */
 	struct
 	{
+		TimestampTz created_at;
+		int64		order_id;
+	}			after;			/* for SK_REQ_RELEASE: the last order released */
+	struct
+	{
 		char		name[SK_LOCK_NAME_LEN + 1];
 		char		owner[SK_LOCK_OWNER_LEN];
 		int			pid;		/* the owner backend's */

@@ -101,6 +101,41 @@ run(const char *sql, int nargs, Oid *types, Datum *values, int expected)
 		elog(ERROR, "SPI failed for \"%s\": %s", sql, SPI_result_code_string(rc));
 }
 
+/*
+ * Statements run once per slice of long work, where parsing and planning
+ * would cost as much as the work: planned once, by their text.
+ */
+#define KEPT_PLANS 8
+static struct
+{
+	char	   *sql;
+	SPIPlanPtr	plan;
+}			kept[KEPT_PLANS];
+
+static void
+run_kept(const char *sql, int nargs, Oid *types, Datum *values, int expected)
+{
+	int			i;
+	int			rc;
+
+	for (i = 0; i < KEPT_PLANS && kept[i].sql != NULL; i++)
+		if (strcmp(kept[i].sql, sql) == 0)
+			break;
+	if (i == KEPT_PLANS)
+	{
+		run(sql, nargs, types, values, expected);
+		return;
+	}
+	if (kept[i].sql == NULL)
+	{
+		kept[i].plan = prepare(sql, nargs, types);
+		kept[i].sql = MemoryContextStrdup(TopMemoryContext, sql);
+	}
+	rc = SPI_execute_plan(kept[i].plan, values, NULL, false, 0);
+	if (rc != expected)
+		elog(ERROR, "SPI failed for \"%s\": %s", sql, SPI_result_code_string(rc));
+}
+
 /* Forget the block of order ids: its sequence was dropped. */
 void
 store_forget_order_ids(void)
@@ -776,7 +811,7 @@ store_fence(const char *name, int64 token)
 	Oid			types[2] = {TEXTOID, INT8OID};
 	Datum		values[2] = {CStringGetTextDatum(name), Int64GetDatum(token)};
 
-	run("INSERT INTO seckill.fences AS f (name, token) VALUES ($1, $2) "
+	run_kept("INSERT INTO seckill.fences AS f (name, token) VALUES ($1, $2) "
 		"ON CONFLICT ON CONSTRAINT fences_pkey DO UPDATE SET token = EXCLUDED.token, checked_at = pg_catalog.now() "
 		"WHERE f.token <= EXCLUDED.token", 2, types, values, SPI_OK_INSERT);
 	if (SPI_processed == 0)
@@ -821,17 +856,17 @@ cancel_orders(const char *which, int nargs, Oid *types, Datum *values, SkCancell
 							   "cancelled AS ("
 							   "  UPDATE seckill.orders o SET status = 'cancelled', cancelled_at = pg_catalog.now()"
 							   "  FROM x WHERE o.id = x.id AND o.status = 'reserved'"
-							   "  RETURNING o.campaign_id, o.user_id, o.qty), "
+							   "  RETURNING o.campaign_id, o.user_id, o.qty, o.created_at, o.id), "
 							   "total AS (SELECT campaign_id, pg_catalog.sum(qty)::int AS qty FROM cancelled GROUP BY campaign_id), "
 							   "counted AS ("
 							   "  UPDATE seckill.campaigns c SET sold = c.sold - t.qty FROM total t"
 							   "  WHERE c.id = t.campaign_id RETURNING c.id, c.rebuy_after_cancel) "
-							   "SELECT k.campaign_id, k.user_id, k.qty, n.rebuy_after_cancel "
+							   "SELECT k.campaign_id, k.user_id, k.qty, n.rebuy_after_cancel, k.created_at, k.id "
 							   "FROM cancelled k JOIN counted n ON n.id = k.campaign_id",
 							   which);
 	MemoryContext spi_cxt;
 
-	run(sql, nargs, types, values, SPI_OK_SELECT);
+	run_kept(sql, nargs, types, values, SPI_OK_SELECT);
 	spi_cxt = MemoryContextSwitchTo(caller_cxt);
 	out->qty = 0;
 	out->users = NIL;
@@ -841,12 +876,22 @@ cancel_orders(const char *which, int nargs, Oid *types, Datum *values, SkCancell
 		HeapTuple	tup = SPI_tuptable->vals[r];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
+		TimestampTz created_at;
+		int64		id;
 
 		out->campaign_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
 		out->users = lappend(out->users, TextDatumGetCString(SPI_getbinval(tup, desc, 2, &isnull)));
 		out->qtys = lappend_int(out->qtys, DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull)));
 		out->qty += DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
 		out->rebuy = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
+		created_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 5, &isnull));
+		id = DatumGetInt64(SPI_getbinval(tup, desc, 6, &isnull));
+		if (r == 0 || created_at > out->last_created_at ||
+			(created_at == out->last_created_at && id > out->last_id))
+		{
+			out->last_created_at = created_at;
+			out->last_id = id;
+		}
 	}
 	MemoryContextSwitchTo(spi_cxt);
 	return (int) SPI_processed;
@@ -918,24 +963,30 @@ store_cancel_order(int64 order_id, SkCancelled *out)
 
 /*
  * Inside a transaction: cancel up to limit expired unpaid orders of a
- * campaign, the oldest first.  The partial index orders_reserved serves them
- * in that order, so a batch costs O(limit) however many have expired.  A
- * payment timeout past a thousand years means never: now() less it would
- * be out of the range of a timestamp.
+ * campaign that come after (after_created_at, after_id), the oldest first;
+ * out->last_* is where the next batch starts.  The partial index
+ * orders_reserved serves them in that order from that key on, so a batch
+ * costs O(limit) however many have expired, and however many were cancelled
+ * before it that a long transaction elsewhere (the caller's own) keeps
+ * from being vacuumed.  A payment timeout past a thousand years means never:
+ * now() less it would be out of the range of a timestamp.
  */
 int
-store_release_expired(int64 campaign_id, int limit, SkCancelled *out)
+store_release_expired(int64 campaign_id, int limit, TimestampTz after_created_at, int64 after_id,
+					  SkCancelled *out)
 {
-	Oid			types[2] = {INT8OID, INT4OID};
-	Datum		values[2] = {Int64GetDatum(campaign_id), Int32GetDatum(limit)};
+	Oid			types[4] = {INT8OID, INT4OID, TIMESTAMPTZOID, INT8OID};
+	Datum		values[4] = {Int64GetDatum(campaign_id), Int32GetDatum(limit),
+	TimestampTzGetDatum(after_created_at), Int64GetDatum(after_id)};
 
 	out->campaign_id = campaign_id;
 	return cancel_orders("SELECT o.id FROM seckill.orders o"
 						 " WHERE o.campaign_id = $1 AND o.status = 'reserved'"
+						 "   AND (o.created_at, o.id) > ($3, $4)"
 						 "   AND o.created_at < (SELECT pg_catalog.now() - LEAST(c.payment_timeout, interval '1000 years')"
 						 "                         FROM seckill.campaigns c WHERE c.id = $1)"
-						 " ORDER BY o.created_at LIMIT $2 FOR UPDATE OF o SKIP LOCKED",
-						 2, types, values, out);
+						 " ORDER BY o.created_at, o.id LIMIT $2 FOR UPDATE OF o SKIP LOCKED",
+						 4, types, values, out);
 }
 
 /*

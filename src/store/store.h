@@ -95,10 +95,13 @@ typedef struct SkCancelled
 	List	   *users;			/* char * */
 	List	   *qtys;			/* int: each user's quantity */
 	char		status[16];		/* for one order: its status before, or "" if none */
+	TimestampTz last_created_at;	/* the last order in (created_at, id) order */
+	int64		last_id;
 } SkCancelled;
 
 extern void store_cancel_order(int64 order_id, SkCancelled *out);
 extern bool store_restock(int64 campaign_id, int delta, SkCampaignRow *row);
-extern int	store_release_expired(int64 campaign_id, int limit, SkCancelled *out);
+extern int	store_release_expired(int64 campaign_id, int limit, TimestampTz after_created_at,
+								  int64 after_id, SkCancelled *out);
 
 #endif							/* SECKILL_STORE_H */

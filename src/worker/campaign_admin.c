@@ -31,8 +31,8 @@
  * about RELEASE_BUDGET_MS of the worker's time, so that the purchases queued
  * meanwhile wait no longer than that.
  */
-#define RELEASE_BUDGET_MS 3
-#define RELEASE_MIN_BATCH 100
+#define RELEASE_BUDGET_MS 2
+#define RELEASE_MIN_BATCH 50
 static int	release_batch = RELEASE_MIN_BATCH;
 
 void
@@ -280,8 +280,10 @@ sk_admin_cancel(const SeckillRequest *request, SeckillReply *reply)
 
 /*
  * Cancel one batch of the campaign's unpaid orders past its payment
- * timeout; values[2] says whether more may be left.  The caller asks again
- * for the next batch, so that purchases are served in between.
+ * timeout, after the request's last order; values[2] says whether more may
+ * be left, and values[3] and [4] are the batch's last order (created_at,
+ * id).  The caller asks again for the next batch from there, so that
+ * purchases are served in between.
  */
 void
 sk_admin_release(const SeckillRequest *request, SeckillReply *reply)
@@ -295,7 +297,7 @@ sk_admin_release(const SeckillRequest *request, SeckillReply *reply)
 
 	store_begin("seckill: release expired orders");
 	sk_lease_fence();
-	n = store_release_expired(id, batch, &c);
+	n = store_release_expired(id, batch, request->after.created_at, request->after.order_id, &c);
 	store_commit();
 	if (n > 0)
 		restock(&c);
@@ -303,6 +305,8 @@ sk_admin_release(const SeckillRequest *request, SeckillReply *reply)
 	reply->values[0] = n;
 	reply->values[1] = c.qty;
 	reply->values[2] = n == batch;
+	reply->values[3] = n > 0 ? c.last_created_at : request->after.created_at;
+	reply->values[4] = n > 0 ? c.last_id : request->after.order_id;
 
 	/*
 	 * Half way towards the size that fits the budget.  Each batch also costs

@@ -34,8 +34,8 @@
  * Pages of buyers are sized to fit it, between PAGE_MIN and PAGE_MAX users;
  * a SADD takes up to SADD_USERS of them.
  */
-#define STEP_BUDGET_MS 2
-#define PAGE_MIN 500
+#define STEP_BUDGET_MS 1
+#define PAGE_MIN 200
 #define PAGE_MAX 20000
 #define SADD_USERS 1000
 

@@ -122,6 +122,7 @@ typedef struct RequestKind
 	void		(*handler) (const SeckillRequest *request, SeckillReply *reply);
 	KindRedis	redis;
 	bool		leased;			/* done under the campaign's lease */
+	bool		paced;			/* a slice of long work: paced by long_work_at */
 	int			budget_ms;		/* the longest purchases should wait for one */
 } RequestKind;
 
@@ -136,23 +137,24 @@ answer_barrier(const SeckillRequest *request, SeckillReply *reply)
  * Every request kind but purchases, which a round serves together.  Long
  * work is sliced, so that purchases are served between slices: by its
  * callers, a request per slice (the release of expired orders), or by the
- * worker (the rebuild of a campaign, in worker/rebuild.c).
+ * worker (the rebuild of a campaign, in worker/rebuild.c).  Both are paced
+ * alike (see long_work_at).
  */
 static const RequestKind request_kinds[] = {
 	/* the rebuild takes the lease itself, for all its steps */
-	[SK_REQ_PREHEAT] = {sk_admin_preheat, MAIN_REDIS, false, 5},
-	[SK_REQ_CLOSE] = {sk_admin_close, MAIN_REDIS, true, 20},
-	[SK_REQ_STATUS] = {sk_admin_status, MAIN_REDIS, false, 5},
+	[SK_REQ_PREHEAT] = {sk_admin_preheat, MAIN_REDIS, false, false, 5},
+	[SK_REQ_CLOSE] = {sk_admin_close, MAIN_REDIS, true, false, 20},
+	[SK_REQ_STATUS] = {sk_admin_status, MAIN_REDIS, false, false, 5},
 	/* it counts the campaign's buyers */
-	[SK_REQ_RECONCILE] = {sk_admin_reconcile, MAIN_REDIS, true, 200},
-	[SK_REQ_CANCEL] = {sk_admin_cancel, MAIN_REDIS, false, 10},
-	/* a batch sized to about 3 ms */
-	[SK_REQ_RELEASE] = {sk_admin_release, MAIN_REDIS, true, 20},
-	[SK_REQ_RESTOCK] = {sk_admin_restock, MAIN_REDIS, true, 20},
-	[SK_REQ_LIMITS] = {sk_admin_limits, MAIN_REDIS, true, 20},
-	[SK_REQ_LOCK] = {sk_lock_acquire, LOCK_REDIS, false, 10},
-	[SK_REQ_UNLOCK] = {sk_lock_release, LOCK_REDIS, false, 10},
-	[SK_REQ_BARRIER] = {answer_barrier, NO_REDIS, false, 1},
+	[SK_REQ_RECONCILE] = {sk_admin_reconcile, MAIN_REDIS, true, false, 200},
+	[SK_REQ_CANCEL] = {sk_admin_cancel, MAIN_REDIS, false, false, 10},
+	/* a batch sized to about 2 ms */
+	[SK_REQ_RELEASE] = {sk_admin_release, MAIN_REDIS, true, true, 20},
+	[SK_REQ_RESTOCK] = {sk_admin_restock, MAIN_REDIS, true, false, 20},
+	[SK_REQ_LIMITS] = {sk_admin_limits, MAIN_REDIS, true, false, 20},
+	[SK_REQ_LOCK] = {sk_lock_acquire, LOCK_REDIS, false, false, 10},
+	[SK_REQ_UNLOCK] = {sk_lock_release, LOCK_REDIS, false, false, 10},
+	[SK_REQ_BARRIER] = {answer_barrier, NO_REDIS, false, false, 1},
 };
 
 /* When each kind last went over its budget unlogged, and how often since. */
@@ -264,10 +266,84 @@ serve_item(RoundItem *item)
 }
 
 /*
- * While purchases keep coming, rebuilds take at most a third of the worker's
- * time: after a step, two steps' time goes to rounds before the next.
+ * While purchases keep coming, long work (rebuild steps, release batches)
+ * takes at most a fifth of the worker's time: after a step or a batch, four
+ * times its length go to rounds before the next.  Paced requests that come
+ * before then wait in held_slices, their callers still waiting.  The queue
+ * is empty for a moment after each round, while its callers send their next
+ * purchases: only when no purchase came since the last step or batch does
+ * long work go on at once.
  */
-static TimestampTz next_step_at = 0;
+static TimestampTz long_work_at = 0;
+static bool purchases_since_long_work = false;
+static List *held_slices = NIL;
+
+static void
+pace_long_work(TimestampTz begun)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	long_work_at = now + 4 * (now - begun);
+	purchases_since_long_work = false;
+}
+
+/* Milliseconds until long work may go on: 0 when now. */
+static long
+long_work_wait(void)
+{
+	if (!purchases_since_long_work)
+		return 0;
+	return TimestampDifferenceMilliseconds(GetCurrentTimestamp(), long_work_at);
+}
+
+static void
+serve_slice(RoundItem *item)
+{
+	TimestampTz begun = GetCurrentTimestamp();
+
+	serve_item(item);
+	pace_long_work(begun);
+}
+
+/* Serve a request that is not a purchase, unless it is a slice to hold. */
+static void
+serve_or_hold(RoundItem *item)
+{
+	MemoryContext old;
+
+	if (!request_kinds[item->request.kind].paced)
+		serve_item(item);
+	else if (long_work_wait() == 0)
+		serve_slice(item);
+	else
+	{
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		held_slices = lappend(held_slices, memcpy(palloc(sizeof(RoundItem)), item, sizeof(RoundItem)));
+		MemoryContextSwitchTo(old);
+	}
+}
+
+/* The oldest held slice, served now: its turn has come. */
+static void
+serve_held_slice(void)
+{
+	RoundItem  *item = linitial(held_slices);
+
+	held_slices = list_delete_first(held_slices);
+	/* as in a round: after the purchases served before it, settled */
+	if (sk_journal_has_settles() && sk_redis_connected())
+		sk_journal_flush_settles();
+	serve_slice(item);
+	pfree(item);
+}
+
+/* After an error that failed every taken slot: the held ones were among them. */
+static void
+forget_held_slices(void)
+{
+	list_free_deep(held_slices);
+	held_slices = NIL;
+}
 
 /*
  * A step of the rebuild under way; then the requests that waited for it, if
@@ -296,7 +372,7 @@ step_rebuilds(void)
 	foreach(lc, served)
 		serve_item(lfirst(lc));
 	list_free_deep(served);
-	next_step_at = GetCurrentTimestamp() + 2 * (GetCurrentTimestamp() - begun);
+	pace_long_work(begun);
 }
 
 /* A round's requests: allocated once, so that nothing can fail between drain and take. */
@@ -437,14 +513,17 @@ serve_round(const int *slots, int n)
 		return;
 	}
 	if (nbuys > 0)
+	{
 		serve_purchases(buys, nbuys);
+		purchases_since_long_work = true;
+	}
 
 	/* Admin requests come after the round's purchases, settled. */
 	if (nitems > nbuys && sk_redis_connected())
 		sk_journal_flush_settles();
 	for (int i = 0; i < nitems; i++)
 		if (items[i].request.kind != SK_REQ_BUY)
-			serve_item(&items[i]);
+			serve_or_hold(&items[i]);
 }
 
 /* Fill the campaign cache from PostgreSQL: what backends may answer alone. */
@@ -606,6 +685,7 @@ recover_from_error(void)
 	sk_rebuild_abort();
 	sk_lease_give_if_held();
 	sk_journal_lost();
+	forget_held_slices();
 	snprintf(message, sizeof(message), "the seckill worker failed while serving this request: %s",
 			 edata->message);
 	seckill_fail_taken_slots(message, edata->sqlerrcode);
@@ -702,13 +782,24 @@ seckill_worker_main(Datum main_arg)
 		{
 			serve_round(slots, n);
 			errors_in_row = 0;
-			if (sk_rebuild_pending() && GetCurrentTimestamp() >= next_step_at)
+			if (long_work_wait() > 0)
+				continue;
+			if (held_slices != NIL)
+				serve_held_slice();
+			else if (sk_rebuild_pending())
 				step_rebuilds();
 			continue;
 		}
-		if (sk_rebuild_pending())
+		if (held_slices != NIL || sk_rebuild_pending())
 		{
-			step_rebuilds();
+			/* the next purchases are on their way: wait for them, or the turn */
+			due = long_work_wait();
+			if (due > 0)
+				sk_redis_wait_idle(due);
+			else if (held_slices != NIL)
+				serve_held_slice();
+			else
+				step_rebuilds();
 			continue;
 		}
 		/*

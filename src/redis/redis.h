@@ -36,6 +36,15 @@ typedef enum SkScript
 	SK_NSCRIPTS
 } SkScript;
 
+/* One script on one key with a few arguments: the lease scripts' shape. */
+typedef struct SkScriptCall
+{
+	SkScript	script;
+	const char *key;
+	int			nargs;
+	const char *args[4];
+} SkScriptCall;
+
 /* A Redis reply, palloc'd. type is one of hiredis' REDIS_REPLY_* */
 typedef struct SkReply
 {

@@ -181,7 +181,7 @@ decided(const int *yes, const int *answered, int ncommands)
  * failed is tried again after a second.
  */
 static void
-call_all(const RedlockCommand *commands, int ncommands, int *yes, int *answered)
+call_all(const SkScriptCall *commands, int ncommands, int *yes, int *answered)
 {
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout);
 	int		   *got = palloc0(sizeof(int) * nnodes);	/* answers read from each node */
@@ -334,7 +334,7 @@ sk_redlock_abandon(void)
 static int
 call_one(SkScript script, const char *key, int nargs, const char **args, int *answered)
 {
-	RedlockCommand command = {script, key, nargs, {args[0], nargs > 1 ? args[1] : NULL}};
+	SkScriptCall command = {script, key, nargs, {args[0], nargs > 1 ? args[1] : NULL}};
 	int			yes;
 
 	parse_nodes();
@@ -374,7 +374,7 @@ sk_redlock_acquire(const char *key, const char *owner, int lease_ms, char *why, 
  * otherwise, -1 when too few nodes answered.
  */
 void
-sk_redlock_batch(const RedlockCommand *commands, int ncommands, int *result)
+sk_redlock_batch(const SkScriptCall *commands, int ncommands, int *result)
 {
 	int		   *yes = palloc(sizeof(int) * ncommands);
 	int		   *answered = palloc(sizeof(int) * ncommands);

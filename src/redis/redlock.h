@@ -20,15 +20,6 @@ typedef enum SkRedlockResult
 	REDLOCK_FAILED				/* too few nodes answered */
 } SkRedlockResult;
 
-/* One lock script for every node. */
-typedef struct RedlockCommand
-{
-	SkScript	script;
-	const char *key;
-	int			nargs;
-	const char *args[2];
-} RedlockCommand;
-
 extern char *seckill_redlock_nodes;
 
 extern bool sk_redlock_enabled(void);
@@ -36,6 +27,6 @@ extern void sk_redlock_abandon(void);
 extern void sk_redlock_define_gucs(void);
 extern SkRedlockResult sk_redlock_acquire(const char *key, const char *owner, int lease_ms,
 										  char *why, size_t whylen);
-extern void sk_redlock_batch(const RedlockCommand *commands, int ncommands, int *result);
+extern void sk_redlock_batch(const SkScriptCall *commands, int ncommands, int *result);
 
 #endif							/* SECKILL_REDLOCK_H */

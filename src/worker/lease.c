@@ -1,9 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * lease.c
- *		The worker's lease on a campaign for its admin work: a Redis lock
- *		with an owner token per acquisition, renewed between the steps of
- *		long work, and a fencing token checked where PostgreSQL is written.
+ *		Leases in Redis, and the worker's lease on a campaign for its admin
+ *		work: a lease with an owner token per acquisition, renewed between
+ *		the steps of long work, and a fencing token checked where PostgreSQL
+ *		is written.  The SQL callers' locks (worker/lock_keeper.c) are leases
+ *		too, run by the same sk_lease_run().
  *
  *-------------------------------------------------------------------------
  */
@@ -11,7 +13,7 @@
 
 #include "access/xlog.h"
 #include "miscadmin.h"
-#include "redis/redis.h"
+#include "redis/redlock.h"
 #include "store/store.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -26,6 +28,71 @@ struct SkLease
 };
 
 static uint64 lock_counter = 0;
+
+/*
+ * Run lease scripts (lock, acquire, renew, unlock), all in one pipeline, on
+ * the main Redis or by majority on the Redlock nodes; result[i] is
+ * SK_LEASE_YES, SK_LEASE_NO or SK_LEASE_FAILED.  False, with why set, when
+ * the main Redis could not be reached at all (every result is then
+ * SK_LEASE_FAILED), or a call found too few Redlock nodes; why also names
+ * the first refusal.
+ */
+bool
+sk_lease_run(const SkScriptCall *calls, int n, bool on_redlock, int *result, char *why, size_t whylen)
+{
+	SkPipeline	p;
+	SkReply    *r;
+
+	why[0] = '\0';
+	if (on_redlock)
+	{
+		sk_redlock_batch(calls, n, result);
+		for (int i = 0; i < n; i++)
+			if (result[i] == SK_LEASE_FAILED)
+				strlcpy(why, "too few Redlock nodes answered", whylen);
+		return why[0] == '\0';
+	}
+	sk_pipeline_init(&p);
+	for (int i = 0; i < n; i++)
+		sk_pipeline_script(&p, calls[i].script, 1, (const char **) &calls[i].key, calls[i].nargs,
+						   (const char **) calls[i].args);
+	r = sk_pipeline_exec(&p);
+	if (r == NULL)
+	{
+		strlcpy(why, sk_redis_error(), whylen);
+		for (int i = 0; i < n; i++)
+			result[i] = SK_LEASE_FAILED;
+		return false;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		if (!sk_reply_is_error(&r[i]))
+			result[i] = sk_reply_int(&r[i]) == 1 ? SK_LEASE_YES : SK_LEASE_NO;
+		else
+		{
+			result[i] = SK_LEASE_FAILED;
+			if (why[0] == '\0')
+				strlcpy(why, r[i].str, whylen);
+		}
+	}
+	return true;
+}
+
+/*
+ * One lease script on the main Redis: SK_LEASE_YES, _NO or _FAILED, and
+ * why; *reached is false when Redis could not be reached at all.
+ */
+static int
+run_one(SkScript script, const char *key, int nargs, const char **args, bool *reached,
+		char *why, size_t whylen)
+{
+	SkScriptCall call = {script, key, nargs};
+	int			result;
+
+	memcpy(call.args, args, sizeof(char *) * nargs);
+	*reached = sk_lease_run(&call, 1, false, &result, why, whylen);
+	return result;
+}
 
 /*
  * The lease the work in hand runs under, if any: renewed and fenced by the
@@ -43,33 +110,29 @@ static SkLease *held = NULL;
 SkLease *
 sk_lease_take(int64 id, SeckillReply *reply)
 {
-	SkPipeline	p;
-	SkReply    *r;
 	char	   *key = sk_campaign_key(id, "lock");
 	char	   *cluster = psprintf(UINT64_FORMAT ":", GetSystemIdentifier());
 	char	   *token = psprintf("%stl%s:%d:" INT64_FORMAT ":" UINT64_FORMAT,
 								 cluster, sk_epoch_arg(), MyProcPid, MyStartTimestamp, ++lock_counter);
 	const char *args[4] = {token, psprintf("%d", seckill_lock_lease), cluster, sk_epoch_arg()};
+	char		why[SK_MESSAGE_LEN];
+	bool		reached;
 
-	sk_pipeline_init(&p);
-	sk_pipeline_script(&p, SK_SCRIPT_LOCK, 1, (const char **) &key, 4, args);
-	r = sk_pipeline_exec(&p);
-	if (r == NULL)
+	switch (run_one(SK_SCRIPT_LOCK, key, 4, args, &reached, why, sizeof(why)))
 	{
-		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
-		return NULL;
-	}
-	if (sk_reply_is_error(&r[0]))
-	{
-		seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "taking the campaign's lock: %s", r[0].str);
-		return NULL;
-	}
-	if (sk_reply_int(&r[0]) != 1)
-	{
-		seckill_reply_error(reply, SK_ERR_LOCKED,
-					   "campaign " INT64_FORMAT " is locked by another PostgreSQL cluster sharing this Redis, or by a newer primary of this one (key %s)",
-					   id, key);
-		return NULL;
+		case SK_LEASE_YES:
+			break;
+		case SK_LEASE_FAILED:
+			if (reached)
+				seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "taking the campaign's lock: %s", why);
+			else
+				seckill_reply_error(reply, SK_ERR_REDIS, "%s", why);
+			return NULL;
+		default:
+			seckill_reply_error(reply, SK_ERR_LOCKED,
+								"campaign " INT64_FORMAT " is locked by another PostgreSQL cluster sharing this Redis, or by a newer primary of this one (key %s)",
+								id, key);
+			return NULL;
 	}
 	Assert(held == NULL);
 	held = MemoryContextAlloc(TopMemoryContext, sizeof(SkLease));
@@ -89,26 +152,23 @@ sk_lease_take(int64 id, SeckillReply *reply)
 void
 sk_lease_keep(void)
 {
-	SkPipeline	p;
-	SkReply    *r;
-	const char *key;
 	const char *args[2];
+	bool		reached;
+	char		why[SK_MESSAGE_LEN];
 
 	if (held == NULL ||
 		GetCurrentTimestamp() < TimestampTzPlusMilliseconds(held->renewed, seckill_lock_lease / 3))
 		return;
-	key = sk_campaign_key(held->campaign_id, "lock");
 	args[0] = held->token;
 	args[1] = psprintf("%d", seckill_lock_lease);
 	held->renewed = GetCurrentTimestamp();
-	sk_pipeline_init(&p);
-	sk_pipeline_script(&p, SK_SCRIPT_RENEW, 1, &key, 2, args);
-	r = sk_pipeline_exec(&p);
-	if (r == NULL || sk_reply_is_error(&r[0]) || sk_reply_int(&r[0]) != 1)
+	if (run_one(SK_SCRIPT_RENEW, sk_campaign_key(held->campaign_id, "lock"), 2, args,
+				&reached, why, sizeof(why)) != SK_LEASE_YES)
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("seckill lost the lease of campaign " INT64_FORMAT " during its admin work",
 						held->campaign_id),
+				 why[0] != '\0' ? errdetail("Renewing it failed: %s", why) : 0,
 				 errhint("Raise seckill.lock_lease if this work takes longer; it is safe to run it again.")));
 }
 
@@ -130,15 +190,15 @@ sk_lease_fence(void)
 void
 sk_lease_give(void)
 {
-	SkPipeline	p;
 	SkLease    *lease = held;
-	const char *keys[1] = {sk_campaign_key(lease->campaign_id, "lock")};
+	const char *args[1] = {lease->token};
+	bool		reached;
+	char		why[SK_MESSAGE_LEN];
 
 	held = NULL;
-	sk_pipeline_init(&p);
-	sk_pipeline_script(&p, SK_SCRIPT_UNLOCK, 1, keys, 1, (const char **) &lease->token);
 	/* On failure the lease simply runs out. */
-	(void) sk_pipeline_exec(&p);
+	(void) run_one(SK_SCRIPT_UNLOCK, sk_campaign_key(lease->campaign_id, "lock"), 1, args,
+				   &reached, why, sizeof(why));
 	pfree(lease->token);
 	pfree(lease);
 }

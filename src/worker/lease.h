@@ -1,15 +1,27 @@
 /*-------------------------------------------------------------------------
  *
  * lease.h
- *		The worker's lease on a campaign for its admin work.
+ *		Leases in Redis: a key held by an owner token for a time, renewed and
+ *		given back only by that owner.  One type for the campaigns' admin
+ *		work and the SQL callers' locks.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef SECKILL_LEASE_H
 #define SECKILL_LEASE_H
 
+#include "redis/redis.h"
 #include "shared/call.h"
 
+/* What sk_lease_run() says of each call. */
+#define SK_LEASE_YES 1			/* taken, renewed or given back */
+#define SK_LEASE_NO 0			/* held by another owner, or gone */
+#define SK_LEASE_FAILED (-1)	/* refused, or too few Redlock nodes answered */
+
+extern bool sk_lease_run(const SkScriptCall *calls, int n, bool on_redlock, int *result,
+						 char *why, size_t whylen);
+
+/* The worker's lease on a campaign, for its admin work. */
 typedef struct SkLease SkLease;
 
 extern SkLease *sk_lease_take(int64 campaign_id, SeckillReply *reply);

@@ -16,13 +16,13 @@
 #include "worker/lock_keeper.h"
 
 #include "miscadmin.h"
-#include "redis/redis.h"
 #include "redis/redlock.h"
 #include "shared/lock_table.h"
 #include "shared/shmem.h"
 #include "storage/procarray.h"
 #include "store/store.h"
 #include "utils/timestamp.h"
+#include "worker/lease.h"
 
 static char *
 lock_key(const char *name)
@@ -82,8 +82,6 @@ record(const SeckillRequest *request, SeckillLockState state, TimestampTz since)
 void
 sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
 {
-	SkPipeline	p;
-	SkReply    *r;
 	const char *key = lock_key(request->lock.name);
 	const char *args[2] = {request->lock.owner, psprintf("%d", request->lock.lease_ms)};
 	TimestampTz sent = GetCurrentTimestamp();
@@ -112,22 +110,23 @@ sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
 	}
 	else
 	{
-		sk_pipeline_init(&p);
-		sk_pipeline_script(&p, SK_SCRIPT_ACQUIRE, 1, &key, 2, args);
-		r = sk_pipeline_exec(&p);
-		if (r == NULL)
+		SkScriptCall call = {SK_SCRIPT_ACQUIRE, key, 2, {args[0], args[1]}};
+		int			result;
+		char		why[SK_MESSAGE_LEN];
+
+		if (!sk_lease_run(&call, 1, false, &result, why, sizeof(why)))
 		{
 			/* the lease may have been taken: have the keeper give it back */
 			record(request, LOCK_RELEASE, sent);
-			seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
+			seckill_reply_error(reply, SK_ERR_REDIS, "%s", why);
 			return;
 		}
-		if (sk_reply_is_error(&r[0]))
+		if (result == SK_LEASE_FAILED)
 		{
-			seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "taking lock \"%s\": %s", request->lock.name, r[0].str);
+			seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "taking lock \"%s\": %s", request->lock.name, why);
 			return;
 		}
-		if (sk_reply_int(&r[0]) != 1)
+		if (result != SK_LEASE_YES)
 		{
 			reply->status = SK_BUSY;
 			return;
@@ -185,33 +184,15 @@ sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
 void
 sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
 {
-	SkPipeline	p;
-	SkReply    *r;
-	const char *key = lock_key(request->lock.name);
 	const char *owner = request->lock.owner;
+	SkScriptCall call = {SK_SCRIPT_UNLOCK, lock_key(request->lock.name), 2, {owner, sk_lock_channel()}};
 	SeckillLockEntry *e;
-	long long	released = -1;
+	int			released;
+	char		why[SK_MESSAGE_LEN];
+	bool		reached;
 
-	if (sk_redlock_enabled())
-	{
-		RedlockCommand command = {SK_SCRIPT_UNLOCK, key, 1, {owner}};
-		int			result;
-
-		sk_redlock_batch(&command, 1, &result);
-		released = result;
-		r = NULL;
-	}
-	else
-	{
-		const char *args[2] = {owner, sk_lock_channel()};
-
-		sk_pipeline_init(&p);
-		sk_pipeline_script(&p, SK_SCRIPT_UNLOCK, 1, &key, 2, args);
-		r = sk_pipeline_exec(&p);
-		if (r != NULL && !sk_reply_is_error(&r[0]))
-			released = sk_reply_int(&r[0]);
-	}
-	if (released < 0)
+	reached = sk_lease_run(&call, 1, sk_redlock_enabled(), &released, why, sizeof(why));
+	if (released == SK_LEASE_FAILED)
 	{
 		/* the keeper tries again; until then the lease may run out */
 		LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
@@ -220,9 +201,8 @@ sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
 			e->state = LOCK_RELEASE;
 		LWLockRelease(seckill_lock_table->lock);
 		pg_atomic_write_u32(&seckill_lock_table->changed, 1);
-		seckill_reply_error(reply, r ? SK_ERR_REDIS_REFUSED : SK_ERR_REDIS, "releasing lock \"%s\": %s",
-					   request->lock.name,
-					   r ? r[0].str : sk_redlock_enabled() ? "too few Redlock nodes answered" : sk_redis_error());
+		seckill_reply_error(reply, reached ? SK_ERR_REDIS_REFUSED : SK_ERR_REDIS, "releasing lock \"%s\": %s",
+							request->lock.name, why);
 		return;
 	}
 	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
@@ -272,9 +252,9 @@ sk_lock_keeper_tick(void)
 	KeeperJob  *jobs = palloc(sizeof(KeeperJob) * seckill_max_locks);
 	int			njobs = 0;
 	long		next = -1;
-	SkPipeline	p;
-	SkReply    *r;
 	int		   *result;
+	SkScriptCall *calls;
+	char		why[SK_MESSAGE_LEN];
 
 	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < seckill_max_locks; i++)
@@ -326,40 +306,20 @@ sk_lock_keeper_tick(void)
 	if (njobs == 0)
 		return next;
 
-	/* the answer of each job: 1, 0, or -1 when Redis failed or refused */
+	/* the answer of each job: SK_LEASE_YES, _NO or _FAILED */
+	calls = palloc(sizeof(SkScriptCall) * njobs);
+	for (int i = 0; i < njobs; i++)
+	{
+		calls[i].script = jobs[i].release ? SK_SCRIPT_UNLOCK : SK_SCRIPT_RENEW;
+		calls[i].key = lock_key(jobs[i].name);
+		calls[i].nargs = 2;
+		calls[i].args[0] = jobs[i].owner;
+		calls[i].args[1] = jobs[i].release ? sk_lock_channel() : psprintf("%d", jobs[i].lease_ms);
+	}
 	result = palloc(sizeof(int) * njobs);
-	if (sk_redlock_enabled())
-	{
-		RedlockCommand *commands = palloc(sizeof(RedlockCommand) * njobs);
-
-		for (int i = 0; i < njobs; i++)
-		{
-			commands[i].script = jobs[i].release ? SK_SCRIPT_UNLOCK : SK_SCRIPT_RENEW;
-			commands[i].key = lock_key(jobs[i].name);
-			commands[i].nargs = jobs[i].release ? 1 : 2;
-			commands[i].args[0] = jobs[i].owner;
-			commands[i].args[1] = psprintf("%d", jobs[i].lease_ms);
-		}
-		sk_redlock_batch(commands, njobs, result);
-	}
-	else
-	{
-		sk_pipeline_init(&p);
-		for (int i = 0; i < njobs; i++)
-		{
-			const char *key = lock_key(jobs[i].name);
-			const char *args[2] = {jobs[i].owner,
-			jobs[i].release ? sk_lock_channel() : psprintf("%d", jobs[i].lease_ms)};
-
-			sk_pipeline_script(&p, jobs[i].release ? SK_SCRIPT_UNLOCK : SK_SCRIPT_RENEW, 1, &key,
-							   2, args);
-		}
-		r = sk_pipeline_exec(&p);
-		if (r == NULL)
-			return 1000;		/* Redis is away: try again soon */
-		for (int i = 0; i < njobs; i++)
-			result[i] = sk_reply_is_error(&r[i]) ? -1 : (int) sk_reply_int(&r[i]);
-	}
+	if (!sk_lease_run(calls, njobs, sk_redlock_enabled(), result, why, sizeof(why)) &&
+		!sk_redlock_enabled())
+		return 1000;			/* Redis is away: try again soon */
 
 	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < njobs; i++)
@@ -368,7 +328,7 @@ sk_lock_keeper_tick(void)
 
 		if (e == NULL)
 			continue;
-		if (result[i] < 0)
+		if (result[i] == SK_LEASE_FAILED)
 		{
 			/* Redis refused (loading, a failover) or too few nodes answered: again soon */
 			next = next < 0 ? 100 : Min(next, 100);
@@ -379,7 +339,7 @@ sk_lock_keeper_tick(void)
 			e->state = LOCK_FREE;
 			wake_waiters(jobs[i].name);
 		}
-		else if (result[i] == 1)
+		else if (result[i] == SK_LEASE_YES)
 		{
 			e->renewed_at = now;
 			e->renewals++;

@@ -13,6 +13,9 @@
 #   4r rate limits per user and per address (generous: every call passes both buckets)
 #   4t one-time tokens (each call issues its token with seckill_token, then buys with it)
 #   4s stock split into 8 shards (while every shard has stock)
+# and the distributed locks against PostgreSQL's own, each client its own name:
+#   7a seckill_lock + seckill_unlock
+#   7b pg_advisory_lock + pg_advisory_unlock
 # Rows 2-4 run durable (synchronous_commit = on); their "off" figures are an
 # extra column (the worker commits durably whatever the setting, so for row 4
 # it only changes the callers' sessions).  Prints a Markdown table with ratios to rows 1 and 2, the
@@ -116,6 +119,14 @@ buy_script rate.sql "$rate"
 buy_script token.sql "$tok" token
 buy_script shards.sql "$sharded"
 buy_script soldout.sql "$gone"
+cat >"$work/lock.sql" <<SQL
+SELECT seckill_lock('bench-$run_id-' || :client_id) IS NOT NULL;
+SELECT seckill_unlock('bench-$run_id-' || :client_id);
+SQL
+cat >"$work/advisory.sql" <<'SQL'
+SELECT pg_advisory_lock(:client_id);
+SELECT pg_advisory_unlock(:client_id);
+SQL
 
 # synchronous_commit for every session and for the worker's commits
 set_sync() {
@@ -154,6 +165,8 @@ for c in $clients; do
 	cell 4r on "$c" rate.sql
 	cell 4t on "$c" token.sql
 	cell 4s on "$c" shards.sql
+	cell 7a on "$c" lock.sql
+	cell 7b on "$c" advisory.sql
 done
 set_sync off
 for c in $clients; do
@@ -263,6 +276,12 @@ purchases=$((p1 - p0))
 	echo "| row | feature | clients | calls/s | p50 ms | p99 ms | × row 4 |"
 	echo "|---|---|---:|---:|---:|---:|---:|"
 	table "4r 4t 4s" "rate limits per user and address;one-time token, issued and spent;8 stock shards" "4" 0
+	echo
+	echo "Distributed locks, uncontended (each client its own name), a cycle of lock and unlock per call:"
+	echo
+	echo "| row | lock | clients | cycles/s | p50 ms | p99 ms | × row 7b |"
+	echo "|---|---|---:|---:|---:|---:|---:|"
+	table "7a 7b" "seckill_lock + seckill_unlock;pg_advisory_lock + pg_advisory_unlock" "7b" 0
 	echo
 	if [ "$purchases" -gt 0 ]; then
 		echo "Worker, rows 4 and 5 with synchronous_commit = on: $purchases purchases in $((r1 - r0)) rounds" \

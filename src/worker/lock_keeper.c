@@ -78,83 +78,25 @@ record(const SeckillRequest *request, SeckillLockState state, TimestampTz since)
 	return e;
 }
 
-/* Take the lease for the request's owner; SK_BUSY when someone else holds it. */
-void
-sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
+/*
+ * The lease of the request's owner was won: take its fencing token, right
+ * after the grant and before any other acquisition (tokens grow in the
+ * order of the grants), and enter the lock in the table.
+ */
+static void
+granted(const SeckillRequest *request, SeckillReply *reply, TimestampTz sent)
 {
-	const char *key = lock_key(request->lock.name);
-	const char *args[2] = {request->lock.owner, psprintf("%d", request->lock.lease_ms)};
-	TimestampTz sent = GetCurrentTimestamp();
 	SeckillLockEntry *e;
 	int64		token;
 
-	if (sk_redlock_enabled())
+	if (store_fence_token_needs_block())
 	{
-		char		why[SK_MESSAGE_LEN];
-
-		switch (sk_redlock_acquire(key, request->lock.owner, request->lock.lease_ms, why, sizeof(why)))
-		{
-			case REDLOCK_BUSY:
-				reply->status = SK_BUSY;
-				return;
-			case REDLOCK_FAILED:
-				/* nodes that granted but missed the give-back: the keeper retries it */
-				record(request, LOCK_RELEASE, sent);
-				/* not seckill.redis_host's fault: the generic hint would mislead */
-				seckill_reply_error(reply, SK_ERR_INVALID, "%s", why);
-				reply->sqlerrcode = ERRCODE_CONNECTION_FAILURE;
-				return;
-			case REDLOCK_ACQUIRED:
-				break;
-		}
+		store_begin("seckill: fencing tokens");
+		token = store_fence_token();
+		store_commit();
 	}
 	else
-	{
-		SkScriptCall call = {SK_SCRIPT_ACQUIRE, key, 2, {args[0], args[1]}};
-		int			result;
-		char		why[SK_MESSAGE_LEN];
-
-		if (!sk_lease_run(&call, 1, false, &result, why, sizeof(why)))
-		{
-			/* the lease may have been taken: have the keeper give it back */
-			record(request, LOCK_RELEASE, sent);
-			seckill_reply_error(reply, SK_ERR_REDIS, "%s", why);
-			return;
-		}
-		if (result == SK_LEASE_FAILED)
-		{
-			seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "taking lock \"%s\": %s", request->lock.name, why);
-			return;
-		}
-		if (result != SK_LEASE_YES)
-		{
-			reply->status = SK_BUSY;
-			return;
-		}
-	}
-
-	/*
-	 * The fencing token is taken here, right after the lease was won and
-	 * before any other acquisition: tokens grow in the order of the grants.
-	 */
-	PG_TRY();
-	{
-		if (store_fence_token_needs_block())
-		{
-			store_begin("seckill: fencing tokens");
-			token = store_fence_token();
-			store_commit();
-		}
-		else
-			token = store_fence_token();
-	}
-	PG_CATCH();
-	{
-		/* no Redis I/O while the error is pending: the keeper gives the lease back */
-		record(request, LOCK_RELEASE, sent);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
+		token = store_fence_token();
 
 	e = record(request, LOCK_HELD, sent);
 	if (e == NULL)
@@ -164,8 +106,8 @@ sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
 
 		sk_lock_release(&undo, &ignored);
 		seckill_reply_error(reply, SK_ERR_INVALID,
-					   "too many seckill locks held: seckill.max_locks is %d; raise it and restart the server",
-					   seckill_max_locks);
+							"too many seckill locks held: seckill.max_locks is %d; raise it and restart the server",
+							seckill_max_locks);
 		reply->sqlerrcode = ERRCODE_PROGRAM_LIMIT_EXCEEDED;
 		return;
 	}
@@ -177,22 +119,120 @@ sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
 	reply->values[0] = token;
 }
 
+/* On the Redlock nodes, by majority and in time for its lease: one lock. */
+static void
+acquire_by_redlock(const SeckillRequest *request, SeckillReply *reply)
+{
+	TimestampTz sent = GetCurrentTimestamp();
+	char		why[SK_MESSAGE_LEN];
+
+	switch (sk_redlock_acquire(lock_key(request->lock.name), request->lock.owner,
+							   request->lock.lease_ms, why, sizeof(why)))
+	{
+		case REDLOCK_BUSY:
+			reply->status = SK_BUSY;
+			return;
+		case REDLOCK_FAILED:
+			/* nodes that granted but missed the give-back: the keeper retries it */
+			record(request, LOCK_RELEASE, sent);
+			/* not seckill.redis_host's fault: the generic hint would mislead */
+			seckill_reply_error(reply, SK_ERR_INVALID, "%s", why);
+			reply->sqlerrcode = ERRCODE_CONNECTION_FAILURE;
+			return;
+		case REDLOCK_ACQUIRED:
+			break;
+	}
+	PG_TRY();
+	{
+		granted(request, reply, sent);
+	}
+	PG_CATCH();
+	{
+		/* no Redis I/O while the error is pending: the keeper gives the lease back */
+		record(request, LOCK_RELEASE, sent);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+}
+
 /*
- * Release the lease for the request's owner and forget the lock;
- * reply->values[0] is 1 when the lease was still the owner's.
+ * Take the leases for the requests' owners, all in one pipeline (on the
+ * Redlock nodes, one by one); SK_BUSY for those someone else holds.
  */
 void
-sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
+sk_lock_acquire_many(const SeckillRequest *const *requests, SeckillReply *const *replies, int n)
+{
+	TimestampTz sent = GetCurrentTimestamp();
+	SkScriptCall *calls;
+	int		   *result;
+	char		why[SK_MESSAGE_LEN];
+	volatile int i;
+
+	if (sk_redlock_enabled())
+	{
+		for (i = 0; i < n; i++)
+			acquire_by_redlock(requests[i], replies[i]);
+		return;
+	}
+	calls = palloc(sizeof(SkScriptCall) * n);
+	for (i = 0; i < n; i++)
+	{
+		calls[i].script = SK_SCRIPT_ACQUIRE;
+		calls[i].key = lock_key(requests[i]->lock.name);
+		calls[i].nargs = 2;
+		calls[i].args[0] = requests[i]->lock.owner;
+		calls[i].args[1] = psprintf("%d", requests[i]->lock.lease_ms);
+	}
+	result = palloc(sizeof(int) * n);
+	if (!sk_lease_run(calls, n, false, result, why, sizeof(why)))
+	{
+		for (i = 0; i < n; i++)
+		{
+			/* the lease may have been taken: have the keeper give it back */
+			record(requests[i], LOCK_RELEASE, sent);
+			seckill_reply_error(replies[i], SK_ERR_REDIS, "%s", why);
+		}
+		return;
+	}
+	PG_TRY();
+	{
+		for (i = 0; i < n; i++)
+		{
+			if (result[i] == SK_LEASE_YES)
+				granted(requests[i], replies[i], sent);
+			else if (result[i] == SK_LEASE_NO)
+				replies[i]->status = SK_BUSY;
+			else
+				seckill_reply_error(replies[i], SK_ERR_REDIS_REFUSED, "taking lock \"%s\": %s",
+									requests[i]->lock.name, why);
+		}
+	}
+	PG_CATCH();
+	{
+		/* no Redis I/O while the error is pending: the keeper gives back the leases won */
+		for (; i < n; i++)
+			if (result[i] == SK_LEASE_YES)
+				record(requests[i], LOCK_RELEASE, sent);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+}
+
+/* Take the lease for the request's owner; SK_BUSY when someone else holds it. */
+void
+sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
+{
+	sk_lock_acquire_many(&request, &reply, 1);
+}
+
+/* The answer of Redis to the release of one lock. */
+static void
+released(const SeckillRequest *request, SeckillReply *reply, int result, bool reached, const char *why)
 {
 	const char *owner = request->lock.owner;
-	SkScriptCall call = {SK_SCRIPT_UNLOCK, lock_key(request->lock.name), 2, {owner, sk_lock_channel()}};
 	SeckillLockEntry *e;
-	int			released;
-	char		why[SK_MESSAGE_LEN];
-	bool		reached;
 
-	reached = sk_lease_run(&call, 1, sk_redlock_enabled(), &released, why, sizeof(why));
-	if (released == SK_LEASE_FAILED)
+	if (result == SK_LEASE_FAILED)
 	{
 		/* the keeper tries again; until then the lease may run out */
 		LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
@@ -212,8 +252,41 @@ sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
 	LWLockRelease(seckill_lock_table->lock);
 	wake_waiters(request->lock.name);
 	reply->status = SK_OK;
-	reply->values[0] = released;
+	reply->values[0] = result;
 }
+
+/*
+ * Release the leases for the requests' owners, all in one pipeline, and
+ * forget their locks; reply->values[0] is 1 when the lease was still the
+ * owner's.
+ */
+void
+sk_lock_release_many(const SeckillRequest *const *requests, SeckillReply *const *replies, int n)
+{
+	SkScriptCall *calls = palloc(sizeof(SkScriptCall) * n);
+	int		   *result = palloc(sizeof(int) * n);
+	char		why[SK_MESSAGE_LEN];
+	bool		reached;
+
+	for (int i = 0; i < n; i++)
+	{
+		calls[i].script = SK_SCRIPT_UNLOCK;
+		calls[i].key = lock_key(requests[i]->lock.name);
+		calls[i].nargs = 2;
+		calls[i].args[0] = requests[i]->lock.owner;
+		calls[i].args[1] = sk_lock_channel();
+	}
+	reached = sk_lease_run(calls, n, sk_redlock_enabled(), result, why, sizeof(why));
+	for (int i = 0; i < n; i++)
+		released(requests[i], replies[i], result[i], reached, why);
+}
+
+void
+sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
+{
+	sk_lock_release_many(&request, &reply, 1);
+}
+
 
 /*
  * A release announced on the channel (by this cluster or another sharing

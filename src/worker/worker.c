@@ -152,6 +152,7 @@ static const RequestKind request_kinds[] = {
 	[SK_REQ_RELEASE] = {sk_admin_release, MAIN_REDIS, true, true, 20},
 	[SK_REQ_RESTOCK] = {sk_admin_restock, MAIN_REDIS, true, false, 20},
 	[SK_REQ_LIMITS] = {sk_admin_limits, MAIN_REDIS, true, false, 20},
+	/* a round's locks are served together, by serve_locks() */
 	[SK_REQ_LOCK] = {sk_lock_acquire, LOCK_REDIS, false, false, 10},
 	[SK_REQ_UNLOCK] = {sk_lock_release, LOCK_REDIS, false, false, 10},
 	[SK_REQ_BARRIER] = {answer_barrier, NO_REDIS, false, false, 1},
@@ -375,6 +376,54 @@ step_rebuilds(void)
 	pace_long_work(begun);
 }
 
+/*
+ * The round's lock requests of one kind (SK_REQ_LOCK or SK_REQ_UNLOCK), all
+ * in one pipeline, and their answers.
+ */
+static void
+serve_locks(RoundItem *items, int nitems, SeckillRequestKind kind)
+{
+	const SeckillRequest **requests = palloc(sizeof(SeckillRequest *) * nitems);
+	SeckillReply **replies = palloc(sizeof(SeckillReply *) * nitems);
+	MemoryContext cxt = CurrentMemoryContext;
+	int			n = 0;
+
+	for (int i = 0; i < nitems; i++)
+		if (items[i].request.kind == kind)
+		{
+			requests[n] = &items[i].request;
+			replies[n++] = &items[i].reply;
+		}
+	if (n == 0)
+		return;
+	if (!sk_redlock_enabled() && !sk_journal_ready())
+	{
+		for (int i = 0; i < n; i++)
+			sk_journal_not_ready(replies[i]);
+	}
+	else
+	{
+		PG_TRY();
+		{
+			if (kind == SK_REQ_LOCK)
+				sk_lock_acquire_many(requests, replies, n);
+			else
+				sk_lock_release_many(requests, replies, n);
+		}
+		PG_CATCH();
+		{
+			reply_with_error(cxt, replies[0]);
+			for (int i = 1; i < n; i++)
+				*replies[i] = *replies[0];
+		}
+		PG_END_TRY();
+	}
+	for (int i = 0; i < nitems; i++)
+		if (items[i].request.kind == kind &&
+			!sk_answer(&items[i]) && kind == SK_REQ_LOCK && items[i].reply.status == SK_OK)
+			seckill_lock_hand_back(items[i].request.lock.owner);
+}
+
 /* A round's requests: allocated once, so that nothing can fail between drain and take. */
 static RoundItem *items = NULL;
 static RoundItem **buys = NULL;
@@ -521,8 +570,12 @@ serve_round(const int *slots, int n)
 	/* Admin requests come after the round's purchases, settled. */
 	if (nitems > nbuys && sk_redis_connected())
 		sk_journal_flush_settles();
+	/* releases first: a lock given back in this round can be taken in it */
+	serve_locks(items, nitems, SK_REQ_UNLOCK);
+	serve_locks(items, nitems, SK_REQ_LOCK);
 	for (int i = 0; i < nitems; i++)
-		if (items[i].request.kind != SK_REQ_BUY)
+		if (items[i].request.kind != SK_REQ_BUY && items[i].request.kind != SK_REQ_LOCK &&
+			items[i].request.kind != SK_REQ_UNLOCK)
 			serve_or_hold(&items[i]);
 }
 

@@ -29,6 +29,10 @@ extern void sk_lease_keep(void);
 extern void sk_lease_fence(void);
 extern void sk_lease_give(void);
 extern void sk_lease_give_if_held(void);
+extern SkLease *sk_lease_resume(int64 campaign_id, SeckillReply *reply);
+extern void sk_lease_keep_for_next(void);
+extern void sk_lease_give_kept(void);
+extern long sk_lease_give_kept_if_idle(void);
 extern SkLease *sk_lease_detach(void);
 extern void sk_lease_attach(SkLease *lease);
 

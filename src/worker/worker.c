@@ -122,7 +122,9 @@ typedef struct RequestKind
 	void		(*handler) (const SeckillRequest *request, SeckillReply *reply);
 	KindRedis	redis;
 	bool		leased;			/* done under the campaign's lease */
-	bool		paced;			/* a slice of long work: paced by long_work_at */
+	bool		paced;			/* a batch of long work its caller sends batch by
+								 * batch (values[2]: more to come): paced by
+								 * long_work_at, its lease kept between batches */
 	int			budget_ms;		/* the longest purchases should wait for one */
 } RequestKind;
 
@@ -233,10 +235,19 @@ serve_admin(const SeckillRequest *request, SeckillReply *reply)
 	}
 	PG_TRY();
 	{
-		if (!kind->leased || sk_lease_take(request->campaign_id, reply) != NULL)
+		if (!kind->leased)
+			kind->handler(request, reply);
+		else if (!kind->paced && sk_lease_take(request->campaign_id, reply) != NULL)
 		{
 			kind->handler(request, reply);
-			if (kind->leased)
+			sk_lease_give();
+		}
+		else if (kind->paced && sk_lease_resume(request->campaign_id, reply) != NULL)
+		{
+			kind->handler(request, reply);
+			if (reply->status == SK_OK && reply->values[2] != 0)
+				sk_lease_keep_for_next();
+			else
 				sk_lease_give();
 		}
 	}
@@ -799,6 +810,7 @@ seckill_worker_main(Datum main_arg)
 	{
 		int			n;
 		long		due;
+		long		kept_due;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -829,6 +841,8 @@ seckill_worker_main(Datum main_arg)
 			due = sk_redlock_enabled() || sk_journal_ready() ? sk_lock_keeper_tick() : 1000;
 			keeper_due = due < 0 ? DT_NOEND : TimestampTzPlusMilliseconds(GetCurrentTimestamp(), due);
 		}
+		/* a lease kept for a caller's next batch, and the caller stopped asking */
+		kept_due = sk_lease_give_kept_if_idle();
 
 		n = seckill_queue_drain(slots, Min(seckill_batch_size, seckill_slot_count()));
 		if (n > 0)
@@ -873,6 +887,8 @@ seckill_worker_main(Datum main_arg)
 			due = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), keeper_due) + 1;
 		if (sk_journal_needs_replay() || store_sql_outdated || seckill_shared->sales_from_database)
 			due = due < 0 ? 1000 : Min(due, 1000);
+		if (kept_due >= 0)
+			due = due < 0 ? kept_due + 1 : Min(due, kept_due + 1);
 		sk_redis_wait_idle(due);
 	}
 }

@@ -37,6 +37,19 @@ sk_lock_channel(void)
 	return psprintf("%s:lock-released", seckill_redis_prefix);
 }
 
+/*
+ * A lease script on a lock for its owner: acquire and renew take the lease
+ * in milliseconds, unlock the channel where the release is announced.
+ */
+static SkScriptCall
+lock_call(SkScript script, const char *name, const char *owner, int lease_ms)
+{
+	SkScriptCall call = {script, lock_key(name), 2, {owner}};
+
+	call.args[1] = script == SK_SCRIPT_UNLOCK ? sk_lock_channel() : psprintf("%d", lease_ms);
+	return call;
+}
+
 /* Wake the backends waiting for this lock: it was just released. */
 static void
 wake_waiters(const char *name)
@@ -177,11 +190,8 @@ sk_lock_acquire_many(const SeckillRequest *const *requests, SeckillReply *const 
 	calls = palloc(sizeof(SkScriptCall) * n);
 	for (i = 0; i < n; i++)
 	{
-		calls[i].script = SK_SCRIPT_ACQUIRE;
-		calls[i].key = lock_key(requests[i]->lock.name);
-		calls[i].nargs = 2;
-		calls[i].args[0] = requests[i]->lock.owner;
-		calls[i].args[1] = psprintf("%d", requests[i]->lock.lease_ms);
+		calls[i] = lock_call(SK_SCRIPT_ACQUIRE, requests[i]->lock.name, requests[i]->lock.owner,
+							 requests[i]->lock.lease_ms);
 	}
 	result = palloc(sizeof(int) * n);
 	if (!sk_lease_run(calls, n, false, result, why, sizeof(why)))
@@ -216,13 +226,6 @@ sk_lock_acquire_many(const SeckillRequest *const *requests, SeckillReply *const 
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-}
-
-/* Take the lease for the request's owner; SK_BUSY when someone else holds it. */
-void
-sk_lock_acquire(const SeckillRequest *request, SeckillReply *reply)
-{
-	sk_lock_acquire_many(&request, &reply, 1);
 }
 
 /* The answer of Redis to the release of one lock. */
@@ -270,11 +273,7 @@ sk_lock_release_many(const SeckillRequest *const *requests, SeckillReply *const 
 
 	for (int i = 0; i < n; i++)
 	{
-		calls[i].script = SK_SCRIPT_UNLOCK;
-		calls[i].key = lock_key(requests[i]->lock.name);
-		calls[i].nargs = 2;
-		calls[i].args[0] = requests[i]->lock.owner;
-		calls[i].args[1] = sk_lock_channel();
+		calls[i] = lock_call(SK_SCRIPT_UNLOCK, requests[i]->lock.name, requests[i]->lock.owner, 0);
 	}
 	reached = sk_lease_run(calls, n, sk_redlock_enabled(), result, why, sizeof(why));
 	for (int i = 0; i < n; i++)
@@ -383,11 +382,8 @@ sk_lock_keeper_tick(void)
 	calls = palloc(sizeof(SkScriptCall) * njobs);
 	for (int i = 0; i < njobs; i++)
 	{
-		calls[i].script = jobs[i].release ? SK_SCRIPT_UNLOCK : SK_SCRIPT_RENEW;
-		calls[i].key = lock_key(jobs[i].name);
-		calls[i].nargs = 2;
-		calls[i].args[0] = jobs[i].owner;
-		calls[i].args[1] = jobs[i].release ? sk_lock_channel() : psprintf("%d", jobs[i].lease_ms);
+		calls[i] = lock_call(jobs[i].release ? SK_SCRIPT_UNLOCK : SK_SCRIPT_RENEW, jobs[i].name,
+							 jobs[i].owner, jobs[i].lease_ms);
 	}
 	result = palloc(sizeof(int) * njobs);
 	if (!sk_lease_run(calls, njobs, sk_redlock_enabled(), result, why, sizeof(why)) &&

@@ -154,9 +154,9 @@ static const RequestKind request_kinds[] = {
 	[SK_REQ_RELEASE] = {sk_admin_release, MAIN_REDIS, true, true, 20},
 	[SK_REQ_RESTOCK] = {sk_admin_restock, MAIN_REDIS, true, false, 20},
 	[SK_REQ_LIMITS] = {sk_admin_limits, MAIN_REDIS, true, false, 20},
-	/* a round's locks are served together, by serve_locks() */
-	[SK_REQ_LOCK] = {sk_lock_acquire, LOCK_REDIS, false, false, 10},
-	[SK_REQ_UNLOCK] = {sk_lock_release, LOCK_REDIS, false, false, 10},
+	/* no handler: a round's locks are served together, by serve_locks() */
+	[SK_REQ_LOCK] = {NULL, LOCK_REDIS, false, false, 10},
+	[SK_REQ_UNLOCK] = {NULL, LOCK_REDIS, false, false, 10},
 	[SK_REQ_BARRIER] = {answer_barrier, NO_REDIS, false, false, 1},
 };
 
@@ -213,6 +213,15 @@ reply_with_error(MemoryContext cxt, SeckillReply *reply)
 	reply->sqlerrcode = edata->sqlerrcode;
 }
 
+/* The journals are replayed, when the kind's work goes through the main Redis. */
+static bool
+journal_ready_for(const RequestKind *kind)
+{
+	if (kind->redis == NO_REDIS || (kind->redis == LOCK_REDIS && sk_redlock_enabled()))
+		return true;
+	return sk_journal_ready();
+}
+
 /*
  * Serve one request that is not a purchase.  Its errors (SPI, constraints,
  * a full campaign cache, a lock timeout) become its reply, and the worker
@@ -227,8 +236,7 @@ serve_admin(const SeckillRequest *request, SeckillReply *reply)
 	long		took_ms;
 
 	Assert(request->kind < lengthof(request_kinds) && kind->handler != NULL);
-	if ((kind->redis == MAIN_REDIS || (kind->redis == LOCK_REDIS && !sk_redlock_enabled())) &&
-		!sk_journal_ready())
+	if (!journal_ready_for(kind))
 	{
 		sk_journal_not_ready(reply);
 		return;
@@ -237,15 +245,11 @@ serve_admin(const SeckillRequest *request, SeckillReply *reply)
 	{
 		if (!kind->leased)
 			kind->handler(request, reply);
-		else if (!kind->paced && sk_lease_take(request->campaign_id, reply) != NULL)
+		else if ((kind->paced ? sk_lease_resume : sk_lease_take) (request->campaign_id, reply) != NULL)
 		{
 			kind->handler(request, reply);
-			sk_lease_give();
-		}
-		else if (kind->paced && sk_lease_resume(request->campaign_id, reply) != NULL)
-		{
-			kind->handler(request, reply);
-			if (reply->status == SK_OK && reply->values[2] != 0)
+			/* more batches to come: they resume this lease */
+			if (kind->paced && reply->status == SK_OK && reply->values[2] != 0)
 				sk_lease_keep_for_next();
 			else
 				sk_lease_give();
@@ -273,8 +277,8 @@ serve_item(RoundItem *item)
 	serve_admin(&item->request, &item->reply);
 	if (item->reply.status == SK_PENDING)
 		sk_rebuild_wait(item);
-	else if (!sk_answer(item) && item->request.kind == SK_REQ_LOCK && item->reply.status == SK_OK)
-		seckill_lock_hand_back(item->request.lock.owner);
+	else
+		sk_answer(item);
 }
 
 /*
@@ -407,7 +411,7 @@ serve_locks(RoundItem *items, int nitems, SeckillRequestKind kind)
 		}
 	if (n == 0)
 		return;
-	if (!sk_redlock_enabled() && !sk_journal_ready())
+	if (!journal_ready_for(&request_kinds[kind]))
 	{
 		for (int i = 0; i < n; i++)
 			sk_journal_not_ready(replies[i]);

@@ -35,15 +35,15 @@ pgbench -n -c 128 -j 2 -T 8 -f "$work/flood.sql" --log --log-prefix="$work/txn" 
 flood=$!
 seckill_wait_for "[ \$(psql_val \"$waiting\") -ge 10 ]" 15
 ok "[ $? -eq 0 ]" "callers wait on the stuck worker"
-cancelled=$(psql_val "SELECT count(pg_cancel_backend(pid)) FROM (SELECT pid FROM pg_stat_activity
-	WHERE wait_event_type = 'Extension' AND query LIKE '%try_buy%' LIMIT 5) w")
-# the worker fails a stalled round's callers all at once: look again until some wait
-terminate() {
-	terminated=$(psql_val "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity
-		WHERE wait_event_type = 'Extension' AND query LIKE '%try_buy%' LIMIT 5) w")
-	[ "$terminated" -gt 0 ]
+# The worker fails a stalled round's callers all at once, so at one look none
+# may be waiting: look again until some are.  $1 is the signal, $2 the result.
+signal_waiting() {
+	printf -v "$2" '%s' "$(psql_val "SELECT count($1(pid)) FROM (SELECT pid FROM pg_stat_activity
+		WHERE wait_event_type = 'Extension' AND query LIKE '%try_buy%' LIMIT 5) w")"
+	[ "${!2}" -gt 0 ]
 }
-seckill_wait_for terminate 3
+seckill_wait_for "signal_waiting pg_cancel_backend cancelled" 3
+seckill_wait_for "signal_waiting pg_terminate_backend terminated" 3
 ok "[ $cancelled -gt 0 ] && [ $terminated -gt 0 ]" "$cancelled waiting callers cancelled, $terminated terminated"
 wait "$flood"
 kill -CONT "$redis_pid"

@@ -95,6 +95,7 @@ extern char *seckill_redis_password_file;
 extern char *seckill_redis_prefix;
 extern char *seckill_redis_sentinels;
 extern char *seckill_redis_master_name;
+extern bool seckill_redis_cluster;
 extern char *seckill_database;
 extern int	seckill_request_timeout;
 extern int	seckill_redis_timeout;

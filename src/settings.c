@@ -19,6 +19,7 @@ char	   *seckill_redis_password_file = NULL;
 char	   *seckill_redis_prefix = NULL;
 char	   *seckill_redis_sentinels = NULL;
 char	   *seckill_redis_master_name = NULL;
+bool		seckill_redis_cluster = false;
 char	   *seckill_database = NULL;
 int			seckill_request_timeout = 5000;
 int			seckill_redis_timeout = 1000;
@@ -96,6 +97,11 @@ seckill_define_gucs(void)
 							   "Name of the master the sentinels monitor (their sentinel monitor <name>).",
 							   NULL, &seckill_redis_master_name, "mymaster",
 							   PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("seckill.redis_cluster",
+							 "Whether Redis is a Redis Cluster, seckill.redis_host:seckill.redis_port one of its nodes.",
+							 "The worker learns the slots from that node and sends each key to the master of its slot.",
+							 &seckill_redis_cluster, false,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomStringVariable("seckill.redis_prefix",
 							   "Prefix of every Redis key seckill uses.",
 							   "Give each PostgreSQL cluster sharing one Redis its own prefix.",

@@ -22,6 +22,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "redis/cluster.h"
 #include "redis/lua_scripts.h"
 #include "redis/sentinel.h"
 
@@ -39,7 +40,41 @@ static const char *const script_source[SK_NSCRIPTS] = {
 	[SK_SCRIPT_IDS] = LUA_IDS,
 };
 
-static redisContext *conn = NULL;
+/*
+ * The connections: one to the master, or in a Redis Cluster one to each
+ * master (and one to the seed, seckill.redis_host), named by their index
+ * here in cluster.c's slot map.  Connected means all of them are: one that
+ * fails drops them all, and the worker replays after the next connection.
+ */
+typedef struct SkNode
+{
+	redisContext *ctx;
+	char		host[256];
+	int			port;
+	int			pos;			/* in the wait set */
+	bool		master;			/* its role checked, the scripts loaded */
+	char		run_id[64];		/* as INFO gave it ("" when not allowed) */
+} SkNode;
+
+#define SK_MAX_NODES 32
+static SkNode nodes[SK_MAX_NODES];
+static int	nnodes = 0;
+
+/*
+ * The masters of a Redis Cluster as last connected: tried in turn when the
+ * seed (seckill.redis_host) cannot be reached, so that the loss of that one
+ * node does not cut the worker off the cluster.
+ */
+typedef struct SkSeed
+{
+	char		host[256];
+	int			port;
+} SkSeed;
+static SkSeed seeds[SK_MAX_NODES];
+static int	nseeds = 0;
+static bool connected = false;
+static bool conn_cluster = false;
+
 static char script_sha[SK_NSCRIPTS][41];
 static char last_error[256] = "not connected yet";
 
@@ -54,7 +89,10 @@ static char *conn_password_file = NULL;
 static char *conn_sentinels = NULL;
 static char *conn_master_name = NULL;
 
-/* The master's run_id, as INFO gave it at connection ("" when not allowed). */
+/*
+ * The master's run_id at connection; in a Redis Cluster a digest of the
+ * masters' (a new master in any of them changes it).
+ */
 static char run_id[64] = "";
 
 /*
@@ -83,7 +121,6 @@ static bool connecting = false;	/* in sk_redis_connect, which backs off itself *
 
 /* latch, postmaster death, and the sockets when connected */
 static WaitEventSet *wait_set = NULL;
-static int	socket_pos = -1;
 
 /*
  * A second connection, subscribed to one channel: its messages go to a
@@ -103,14 +140,13 @@ rebuild_wait_set(void)
 {
 	if (wait_set)
 		FreeWaitEventSet(wait_set);
-	/* latch, postmaster death, the connection and the subscription */
-	wait_set = CreateWaitEventSet(TopMemoryContext, 4);
+	/* latch, postmaster death, the connections and the subscription */
+	wait_set = CreateWaitEventSet(TopMemoryContext, 3 + nnodes);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
-	socket_pos = -1;
 	sub_pos = -1;
-	if (conn)
-		socket_pos = AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, conn->fd, NULL, NULL);
+	for (int i = 0; i < nnodes; i++)
+		nodes[i].pos = AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, nodes[i].ctx->fd, NULL, NULL);
 	if (sub_conn)
 		sub_pos = AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, sub_conn->fd, NULL, NULL);
 }
@@ -179,7 +215,8 @@ subscription_open(void)
 
 	if (sub_channel == NULL || sub_conn != NULL)
 		return;
-	sub_conn = redisConnectNonBlock(conn_host, conn_port);
+	/* a cluster broadcasts its messages to every node: any master serves */
+	sub_conn = redisConnectNonBlock(nodes[0].host, nodes[0].port);
 	if (sub_conn == NULL || sub_conn->err)
 	{
 		if (sub_conn)
@@ -233,7 +270,7 @@ sk_redis_subscribe(const char *channel, void (*callback) (const char *message))
 {
 	sub_channel = MemoryContextStrdup(TopMemoryContext, channel);
 	sub_callback = callback;
-	if (conn != NULL)
+	if (connected)
 	{
 		subscription_open();
 		rebuild_wait_set();
@@ -249,7 +286,7 @@ sk_redis_init(void)
 bool
 sk_redis_connected(void)
 {
-	return conn != NULL;
+	return connected;
 }
 
 uint64
@@ -287,20 +324,31 @@ sk_redis_refused(const char *why)
 	set_error("%s", why);
 }
 
+/* Close every connection, saying nothing. */
+static void
+drop_nodes(void)
+{
+	for (int i = 0; i < nnodes; i++)
+		redisFree(nodes[i].ctx);
+	nnodes = 0;
+	connected = false;
+	in_flight = false;
+	sk_cluster_map_reset();
+	subscription_close(NULL);
+	rebuild_wait_set();
+}
+
 void
 sk_redis_disconnect(const char *why)
 {
-	if (conn == NULL)
+	if (nnodes == 0)
 		return;
 	if (why)
 		set_error("%s", why);
 	ereport(LOG,
-			(errmsg("seckill worker disconnected from Redis at %s:%d: %s",
-					conn_host, conn_port, last_error)));
-	redisFree(conn);
-	conn = NULL;
-	subscription_close(NULL);
-	rebuild_wait_set();
+			(errmsg("seckill worker disconnected from Redis%s at %s:%d: %s",
+					conn_cluster ? " Cluster" : "", conn_host, conn_port, last_error)));
+	drop_nodes();
 	if (!proven && !connecting)
 		back_off();
 }
@@ -328,12 +376,13 @@ sk_redis_reload(void)
 		(strcmp(conn_sentinels, seckill_redis_sentinels) != 0 ||
 		 strcmp(conn_master_name, seckill_redis_master_name) != 0))
 		sk_sentinel_close();
-	if (conn == NULL)
+	if (!connected)
 	{
 		next_attempt = 0;
 		backoff_ms = 0;
 	}
-	else if (strcmp(conn_sentinels, seckill_redis_sentinels) != 0 ||
+	else if (conn_cluster != seckill_redis_cluster ||
+			 strcmp(conn_sentinels, seckill_redis_sentinels) != 0 ||
 			 strcmp(conn_master_name, seckill_redis_master_name) != 0 ||
 			 (!sk_sentinel_enabled() &&
 			  (strcmp(conn_host, seckill_redis_host) != 0 || conn_port != seckill_redis_port)) ||
@@ -345,26 +394,48 @@ sk_redis_reload(void)
 	}
 }
 
+static SkNode *
+node_at(int pos)
+{
+	for (int i = 0; i < nnodes; i++)
+		if (nodes[i].pos == pos)
+			return &nodes[i];
+	return NULL;
+}
+
+static bool
+fail(SkNode *node, const char *what)
+{
+	set_error("%s (%s:%d): %s", what, node->host, node->port,
+			  node->ctx->errstr[0] ? node->ctx->errstr : "connection lost");
+	sk_redis_disconnect(NULL);
+	return false;
+}
+
 /*
- * Wait until the socket is ready for `events` or the deadline passes.  The
+ * Wait until target's socket is ready for `events`, or with no target until
+ * any connection had data, read into its buffer; false at the deadline, or
+ * when a connection failed (then all are closed).  Data for the other
+ * connections is read as it comes, so that all masters answer at once.  The
  * latch is reset when it wakes us: the caller re-checks the queue after its
  * round anyway.  Interrupts (SIGTERM) are served here.
  */
 static bool
-wait_socket(uint32 events, TimestampTz deadline)
+wait_socket(SkNode *target, uint32 events, TimestampTz deadline)
 {
 	WaitEvent	ev;
+	bool		ready = false;
 
-	ModifyWaitEvent(wait_set, socket_pos, events, NULL);
-	for (;;)
+	if (target)
+		ModifyWaitEvent(wait_set, target->pos, events, NULL);
+	while (!ready)
 	{
 		long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
-		int			n;
+		SkNode	   *node;
 
 		if (ms <= 0)
-			return false;
-		n = WaitEventSetWait(wait_set, ms, &ev, 1, PG_WAIT_EXTENSION);
-		if (n == 0)
+			break;
+		if (WaitEventSetWait(wait_set, ms, &ev, 1, PG_WAIT_EXTENSION) == 0)
 			continue;
 		if (ev.events & WL_LATCH_SET)
 		{
@@ -375,37 +446,44 @@ wait_socket(uint32 events, TimestampTz deadline)
 		if (ev.pos == sub_pos && sub_pos >= 0)
 		{
 			subscription_drain();
-			if (sub_pos < 0)
-				ModifyWaitEvent(wait_set, socket_pos, events, NULL);
+			if (sub_pos < 0 && target)
+				ModifyWaitEvent(wait_set, target->pos, events, NULL);
 			continue;
 		}
-		if (ev.events & events)
-			return true;
+		node = node_at(ev.pos);
+		if (node == NULL)
+			continue;
+		if (node == target && (ev.events & events))
+			ready = true;
+		else if (ev.events & WL_SOCKET_READABLE)
+		{
+			if (redisBufferRead(node->ctx) == REDIS_ERR)
+				return fail(node, "read from Redis failed");
+			ready = target == NULL;
+		}
 	}
+	if (target && events != WL_SOCKET_READABLE)
+		ModifyWaitEvent(wait_set, target->pos, WL_SOCKET_READABLE, NULL);
+	return ready;
 }
 
 static bool
-fail(const char *what)
-{
-	set_error("%s: %s", what, conn && conn->errstr[0] ? conn->errstr : "connection lost");
-	sk_redis_disconnect(NULL);
-	return false;
-}
-
-static bool
-flush_output(TimestampTz deadline)
+flush_output(SkNode *node, TimestampTz deadline)
 {
 	int			done = 0;
 
 	while (!done)
 	{
-		if (redisBufferWrite(conn, &done) == REDIS_ERR)
-			return fail("write to Redis failed");
-		if (!done && !wait_socket(WL_SOCKET_WRITEABLE, deadline))
+		if (redisBufferWrite(node->ctx, &done) == REDIS_ERR)
+			return fail(node, "write to Redis failed");
+		if (!done && !wait_socket(node, WL_SOCKET_WRITEABLE, deadline))
 		{
-			set_error("Redis did not accept the request within seckill.redis_timeout (%d ms)",
-					  seckill_redis_timeout);
-			sk_redis_disconnect(NULL);
+			if (nnodes > 0)
+			{
+				set_error("Redis at %s:%d did not accept the request within seckill.redis_timeout (%d ms)",
+						  node->host, node->port, seckill_redis_timeout);
+				sk_redis_disconnect(NULL);
+			}
 			return false;
 		}
 	}
@@ -438,33 +516,57 @@ copy_reply(SkReply *dst, const redisReply *src)
 	}
 }
 
-/* Read n replies into out[], or fail (and disconnect) at the deadline. */
-static bool
-read_replies(SkReply *out, int n, TimestampTz deadline)
+/*
+ * One connection's part of a pipeline out: the commands whose replies it
+ * owes, in order (-1: an ASKING, whose reply is dropped), and how many came.
+ */
+typedef struct NodeShare
 {
-	for (int i = 0; i < n;)
-	{
-		void	   *raw = NULL;
+	int		   *cmds;
+	int			count;
+	int			got;
+} NodeShare;
 
-		if (redisGetReplyFromReader(conn, &raw) == REDIS_ERR)
-			return fail("bad reply from Redis");
-		if (raw != NULL)
+/* Read every connection's replies into out[], or fail (and disconnect) at the deadline. */
+static bool
+read_replies(NodeShare *share, SkReply *out, TimestampTz deadline)
+{
+	for (;;)
+	{
+		SkNode	   *waiting = NULL;
+
+		for (int n = 0; n < nnodes && waiting == NULL; n++)
+			while (share[n].got < share[n].count)
+			{
+				void	   *raw = NULL;
+				int			cmd;
+
+				if (redisGetReplyFromReader(nodes[n].ctx, &raw) == REDIS_ERR)
+					return fail(&nodes[n], "bad reply from Redis");
+				if (raw == NULL)
+				{
+					waiting = &nodes[n];
+					break;
+				}
+				cmd = share[n].cmds[share[n].got++];
+				if (cmd >= 0)
+					copy_reply(&out[cmd], raw);
+				freeReplyObject(raw);
+			}
+		if (waiting == NULL)
+			return true;
+		if (!wait_socket(NULL, 0, deadline))
 		{
-			copy_reply(&out[i++], raw);
-			freeReplyObject(raw);
-			continue;
-		}
-		if (!wait_socket(WL_SOCKET_READABLE, deadline))
-		{
-			set_error("Redis did not answer within seckill.redis_timeout (%d ms)",
-					  seckill_redis_timeout);
-			sk_redis_disconnect(NULL);
+			if (nnodes > 0)
+			{
+				set_error("Redis%s did not answer within seckill.redis_timeout (%d ms)",
+						  nnodes > 1 ? psprintf(" at %s:%d", waiting->host, waiting->port) : "",
+						  seckill_redis_timeout);
+				sk_redis_disconnect(NULL);
+			}
 			return false;
 		}
-		if (redisBufferRead(conn) == REDIS_ERR)
-			return fail("read from Redis failed");
 	}
-	return true;
 }
 
 /*
@@ -474,7 +576,7 @@ read_replies(SkReply *out, int n, TimestampTz deadline)
  * to the master (the sentinels', when set).
  */
 static bool
-serving_master(const SkReply *r, int n)
+serving_master(const SkReply *r)
 {
 	static const char *const codes[][2] = {
 		{"READONLY", "it is a replica now (after a failover?)"},
@@ -482,42 +584,111 @@ serving_master(const SkReply *r, int n)
 		{"MASTERDOWN", "it is a replica that lost its master"},
 	};
 
-	for (int i = 0; i < n; i++)
-	{
-		if (r[i].type != REDIS_REPLY_ERROR)
-			continue;
-		for (int c = 0; c < lengthof(codes); c++)
-			if (strncmp(r[i].str, codes[c][0], strlen(codes[c][0])) == 0)
-			{
-				set_error("Redis at %s:%d answered %s: %s; seckill reconnects%s",
-						  conn_host, conn_port, codes[c][0], codes[c][1],
-						  sk_sentinel_enabled() ? " to the master the sentinels name" : "");
-				sk_redis_disconnect(NULL);
-				return false;
-			}
-	}
+	if (r->type != REDIS_REPLY_ERROR)
+		return true;
+	for (int c = 0; c < lengthof(codes); c++)
+		if (strncmp(r->str, codes[c][0], strlen(codes[c][0])) == 0)
+		{
+			set_error("Redis at %s:%d answered %s: %s; seckill reconnects%s",
+					  conn_host, conn_port, codes[c][0], codes[c][1],
+					  sk_sentinel_enabled() ? " to the master the sentinels name" : "");
+			sk_redis_disconnect(NULL);
+			return false;
+		}
 	return true;
 }
 
+static void
+append_command(StringInfo buf, const SkPipeline *p, int cmd)
+{
+	int			start = cmd == 0 ? 0 : p->ends[cmd - 1];
+
+	appendBinaryStringInfo(buf, p->buf.data + start, p->ends[cmd] - start);
+}
+
+/*
+ * Send commands cmds[0..n-1] of p (all of them, in order, when cmds is
+ * NULL), command k to node to[k] after an ASKING when asking[k], to every
+ * node at once, and read the replies into out[] by command under one
+ * deadline.  A command whose slot no node serves is not sent: its reply is
+ * a CLUSTERDOWN error.
+ */
 static bool
-send_and_read(SkPipeline *p, SkReply *out)
+send_to(SkPipeline *p, int n, const int *cmds, const int *to, const bool *asking, SkReply *out)
 {
 	TimestampTz start = GetCurrentTimestamp();
 	TimestampTz deadline = TimestampTzPlusMilliseconds(start, seckill_redis_timeout);
+	NodeShare  *share = palloc0(sizeof(NodeShare) * nnodes);
+	bool		whole = cmds == NULL && asking == NULL;
 
-	if (redisAppendFormattedCommand(conn, p->buf.data, p->buf.len) != REDIS_OK)
-		return fail("could not queue a Redis command");
-	in_flight = true;
-	if (!flush_output(deadline))
-		return false;
+	for (int k = 0; k < n; k++)
+	{
+		int			cmd = cmds ? cmds[k] : k;
+		NodeShare  *s = to[k] >= 0 ? &share[to[k]] : NULL;
+
+		if (s == NULL)
+		{
+			out[cmd].type = REDIS_REPLY_ERROR;
+			out[cmd].str = psprintf("CLUSTERDOWN no master of the Redis Cluster serves slot %d",
+									p->slots[cmd]);
+			out[cmd].len = strlen(out[cmd].str);
+			whole = false;
+			continue;
+		}
+		if (s->cmds == NULL)
+			s->cmds = palloc(sizeof(int) * 2 * n);
+		if (asking && asking[k])
+			s->cmds[s->count++] = -1;
+		s->cmds[s->count++] = cmd;
+		whole = whole && to[k] == to[0];
+	}
+	for (int i = 0; i < nnodes; i++)
+	{
+		StringInfoData buf;
+		int			rc;
+
+		if (share[i].count == 0)
+			continue;
+		if (whole)
+			rc = redisAppendFormattedCommand(nodes[i].ctx, p->buf.data, p->buf.len);
+		else
+		{
+			initStringInfo(&buf);
+			for (int k = 0; k < share[i].count; k++)
+				if (share[i].cmds[k] < 0)
+					appendStringInfoString(&buf, "*1\r\n$6\r\nASKING\r\n");
+				else
+					append_command(&buf, p, share[i].cmds[k]);
+			rc = redisAppendFormattedCommand(nodes[i].ctx, buf.data, buf.len);
+			pfree(buf.data);
+		}
+		if (rc != REDIS_OK)
+			return fail(&nodes[i], "could not queue a Redis command");
+		in_flight = true;
+	}
+	for (int i = 0; i < nnodes; i++)
+		if (share[i].count > 0 && !flush_output(&nodes[i], deadline))
+			return false;
 	pg_atomic_fetch_add_u64(&seckill_figures->counters.redis_round_trips, 1);
-	if (!read_replies(out, p->count, deadline))
+	if (!read_replies(share, out, deadline))
 		return false;
 	in_flight = false;
-	if (!serving_master(out, p->count))
-		return false;
+	for (int k = 0; k < n; k++)
+		if (!serving_master(&out[cmds ? cmds[k] : k]))
+			return false;
 	seckill_hist_record(&seckill_figures->redis_latency, GetCurrentTimestamp() - start);
 	return true;
+}
+
+/* Send the whole pipeline to one node. */
+static bool
+send_and_read(SkNode *node, SkPipeline *p, SkReply *out)
+{
+	int		   *to = palloc(sizeof(int) * Max(p->count, 1));
+
+	for (int i = 0; i < p->count; i++)
+		to[i] = node - nodes;
+	return send_to(p, p->count, NULL, to, NULL, out);
 }
 
 void
@@ -527,11 +698,13 @@ sk_pipeline_init(SkPipeline *p)
 	p->count = 0;
 	p->max = 16;
 	p->ends = palloc(sizeof(int) * p->max);
+	p->slots = palloc(sizeof(int) * p->max);
 }
 
-/* Append one command, binary-safe, in RESP. */
-void
-sk_pipeline_add(SkPipeline *p, int argc, const char **argv, const size_t *lens)
+/* The command's slot is its first key's: argv[1] when it has one. */
+static void
+add_command(SkPipeline *p, int argc, const char **argv, const size_t *lens, int key)
+
 {
 	appendStringInfo(&p->buf, "*%d\r\n", argc);
 	for (int i = 0; i < argc; i++)
@@ -546,8 +719,21 @@ sk_pipeline_add(SkPipeline *p, int argc, const char **argv, const size_t *lens)
 	{
 		p->max *= 2;
 		p->ends = repalloc(p->ends, sizeof(int) * p->max);
+		p->slots = repalloc(p->slots, sizeof(int) * p->max);
 	}
+	p->slots[p->count] = key < argc ?
+		sk_cluster_key_slot(argv[key], lens ? lens[key] : strlen(argv[key])) : -1;
 	p->ends[p->count++] = p->buf.len;
+}
+
+/*
+ * Append one command, binary-safe, in RESP: a command on keys, the first of
+ * them argv[1] (it is sent to the master of that key's slot).
+ */
+void
+sk_pipeline_add(SkPipeline *p, int argc, const char **argv, const size_t *lens)
+{
+	add_command(p, argc, argv, lens, 1);
 }
 
 void
@@ -566,12 +752,12 @@ sk_pipeline_script(SkPipeline *p, SkScript script,
 		argv[argc++] = keys[i];
 	for (int i = 0; i < nargs; i++)
 		argv[argc++] = args[i];
-	sk_pipeline_add(p, argc, argv, NULL);
+	add_command(p, argc, argv, NULL, nkeys > 0 ? 3 : argc);
 	pfree(argv);
 }
 
 static bool
-load_scripts(void)
+load_scripts(SkNode *node)
 {
 	SkPipeline p;
 	SkReply		replies[SK_NSCRIPTS];
@@ -583,7 +769,7 @@ load_scripts(void)
 
 		sk_pipeline_add(&p, 3, argv, NULL);
 	}
-	if (!send_and_read(&p, replies))
+	if (!send_and_read(node, &p, replies))
 		return false;
 	for (int i = 0; i < SK_NSCRIPTS; i++)
 	{
@@ -604,60 +790,152 @@ is_noscript(const SkReply *r)
 	return r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
+static int	node_index(const char *host, int port);
+
+/* Is host:port one of the masters connected? */
 static bool
-any_noscript(const SkReply *r, int n)
+known_master(const char *host, int port)
 {
-	for (int i = 0; i < n; i++)
-		if (is_noscript(&r[i]))
+	for (int i = 0; i < nnodes; i++)
+		if (nodes[i].master && nodes[i].port == port && strcmp(nodes[i].host, host) == 0)
 			return true;
 	return false;
 }
 
-/* Times the scripts are loaded again for one pipeline before its NOSCRIPT replies stand. */
-#define NOSCRIPT_RETRIES 3
+/*
+ * Where a command that did not run goes next: after NOSCRIPT to the same
+ * node, its scripts loaded again; after MOVED to the slot's new master, the
+ * map updated; after ASK to the importing node, once, behind an ASKING;
+ * after TRYAGAIN (its keys are being moved) to the same node, a little
+ * later.  -1 when the reply stands.
+ */
+static int
+redirect(const SkPipeline *p, int cmd, const SkReply *r, int sent_to,
+		 bool *asking, bool *reload, bool *pause)
+{
+	char		host[256];
+	int			slot,
+				port,
+				node;
+
+	*asking = false;
+	if (is_noscript(r))
+	{
+		reload[sent_to] = true;
+		return sent_to;
+	}
+	switch (sk_cluster_redirect(r, &slot, host, sizeof(host), &port))
+	{
+		case SK_REDIRECT_NONE:
+			return -1;
+		case SK_REDIRECT_TRYAGAIN:
+			*pause = true;
+			return sent_to;
+		case SK_REDIRECT_MOVED:
+		case SK_REDIRECT_ASK:
+			break;
+	}
+	if (host[0] == '\0')
+		strlcpy(host, nodes[sent_to].host, sizeof(host));
+	if (r->str[0] == 'M' && !known_master(host, port))
+	{
+		/* the campaigns are rebuilt for the new set of masters (worker/epoch.c) */
+		sk_redis_disconnect(psprintf("slot %d moved to %s:%d, a master seckill did not know (a failover, "
+									 "or a node added): it reconnects to the cluster's new masters",
+									 slot, host, port));
+		return -1;
+	}
+	node = node_index(host, port);
+	if (node < 0)
+		return -1;
+	if (r->str[0] == 'A')
+		*asking = true;
+	else
+		sk_cluster_map_set(slot, node);
+	return node;
+}
+
+/*
+ * Times one pipeline's commands are sent again (NOSCRIPT, MOVED, ASK,
+ * TRYAGAIN) before their replies stand.  TRYAGAIN lasts while its slot's keys
+ * move, and the whole round waits for it: a few short pauses, then the
+ * caller hears busy (sk_reply_is_moving).
+ */
+#define RESEND_RETRIES 5
+#define TRYAGAIN_PAUSE_MS 2
 
 /*
  * Send the pipeline and read all its replies.  NULL when Redis failed: the
- * connection is then closed and sk_redis_error() says why.  When Redis has
- * lost the scripts (SCRIPT FLUSH, a restart behind a proxy) they are loaded
- * again, and the commands that answered NOSCRIPT, which did not run, are
- * sent once more; the others ran and are not repeated.
+ * connections are then closed and sk_redis_error() says why.  The commands
+ * Redis answered without running them are sent again where the reply says
+ * (redirect()); the others ran and are not repeated.
  */
 SkReply *
 sk_pipeline_exec(SkPipeline *p)
 {
 	SkReply    *replies;
+	int		   *to;
+	int		   *cmds;
+	bool	   *asking;
+	bool	   *reload;
 
-	if (conn == NULL)
-		return NULL;
-	if (p->count == 0)
+	if (!connected || p->count == 0)
 		return NULL;
 	replies = palloc0(sizeof(SkReply) * p->count);
-	if (!send_and_read(p, replies))
+	to = palloc(sizeof(int) * p->count);
+	for (int i = 0; i < p->count; i++)
+		to[i] = nnodes == 1 ? 0 : sk_cluster_node_of(p->slots[i]);
+	if (!send_to(p, p->count, NULL, to, NULL, replies))
 		return NULL;
 
-	for (int attempt = 0; attempt < NOSCRIPT_RETRIES && any_noscript(replies, p->count); attempt++)
+	cmds = palloc(sizeof(int) * p->count);
+	asking = palloc(sizeof(bool) * p->count);
+	reload = palloc(sizeof(bool) * SK_MAX_NODES);
+	for (int attempt = 0;; attempt++)
 	{
-		SkPipeline	again;
-		SkReply    *more;
-		int		   *which = palloc(sizeof(int) * p->count);
+		int			n = 0;
+		int		   *sent_to = palloc(sizeof(int) * p->count);
+		bool		pause = false;
 
-		sk_pipeline_init(&again);
+		memcpy(sent_to, to, sizeof(int) * p->count);
+		memset(reload, 0, sizeof(bool) * SK_MAX_NODES);
 		for (int i = 0; i < p->count; i++)
 		{
-			int			start = i == 0 ? 0 : p->ends[i - 1];
+			int			next = sent_to[i] >= 0 ?
+				redirect(p, i, &replies[i], sent_to[i], &asking[n], reload, &pause) : -1;
 
-			if (!is_noscript(&replies[i]))
+			if (!connected)
+				return NULL;
+			if (next < 0)
 				continue;
-			appendBinaryStringInfo(&again.buf, p->buf.data + start, p->ends[i] - start);
-			which[again.count++] = i;
+			cmds[n] = i;
+			to[n++] = next;
 		}
-		ereport(LOG, (errmsg("seckill worker reloads its Lua scripts into Redis")));
-		more = palloc0(sizeof(SkReply) * again.count);
-		if (!load_scripts() || !send_and_read(&again, more))
+		if (n == 0 || attempt >= RESEND_RETRIES)
+			break;
+		for (int i = 0; i < nnodes; i++)
+			if (reload[i])
+			{
+				ereport(LOG, (errmsg("seckill worker reloads its Lua scripts into Redis at %s:%d",
+									 nodes[i].host, nodes[i].port)));
+				if (!load_scripts(&nodes[i]))
+					return NULL;
+			}
+		if (pause)
+		{
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 TRYAGAIN_PAUSE_MS, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+		if (!send_to(p, n, cmds, to, asking, replies))
 			return NULL;
-		for (int i = 0; i < again.count; i++)
-			replies[which[i]] = more[i];
+		/* where each command went this time, for its next redirection */
+		for (int i = 0; i < p->count; i++)
+			sent_to[i] = -1;
+		for (int k = 0; k < n; k++)
+			sent_to[cmds[k]] = to[k];
+		memcpy(to, sent_to, sizeof(int) * p->count);
 	}
 	return replies;
 }
@@ -673,6 +951,20 @@ bool
 sk_reply_is_error(const SkReply *r)
 {
 	return r->type == REDIS_REPLY_ERROR;
+}
+
+/*
+ * A redirection that still stood after the command was sent again: its slot
+ * is moving between masters of a Redis Cluster, and the command did not run.
+ */
+bool
+sk_reply_is_moving(const SkReply *r)
+{
+	int			slot,
+				port;
+	char		host[256];
+
+	return sk_cluster_redirect(r, &slot, host, sizeof(host), &port) != SK_REDIRECT_NONE;
 }
 
 long long
@@ -750,7 +1042,7 @@ read_password(void)
 }
 
 static bool
-authenticate(void)
+authenticate(SkNode *node)
 {
 	SkPipeline	p;
 	SkReply		reply;
@@ -779,7 +1071,7 @@ authenticate(void)
 		sk_pipeline_add(&p, 2, argv, NULL);
 	}
 	memset(password, 0, strlen(password));
-	ok = send_and_read(&p, &reply);
+	ok = send_and_read(node, &p, &reply);
 	memset(p.buf.data, 0, p.buf.len);
 	if (!ok)
 		return false;
@@ -799,6 +1091,8 @@ remember_settings(const char *host, int port)
 {
 	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
 
+	if (conn_host == NULL || strcmp(conn_host, host) != 0 || conn_port != port)
+		nseeds = 0;
 	if (conn_host)
 	{
 		pfree(conn_host);
@@ -855,7 +1149,7 @@ sk_redis_run_id(void)
  * ROLE and INFO refused by an ACL are not held against it.
  */
 static bool
-check_role(void)
+check_role(SkNode *node)
 {
 	SkPipeline	p;
 	SkReply		r[2];
@@ -864,19 +1158,19 @@ check_role(void)
 	sk_pipeline_init(&p);
 	sk_pipeline_add(&p, 1, (const char *[]) {"ROLE"}, NULL);
 	sk_pipeline_add(&p, 2, (const char *[]) {"INFO", "server"}, NULL);
-	if (!send_and_read(&p, r))
+	if (!send_and_read(node, &p, r))
 		return false;
 	role = r[0].type == REDIS_REPLY_ARRAY && r[0].elements > 0 ? r[0].element[0].str : NULL;
 	if (role != NULL && strcmp(role, "master") != 0)
 	{
 		set_error("Redis at %s:%d is a %s, not a master: seckill writes to the master only%s",
-				  conn_host, conn_port, strcmp(role, "slave") == 0 ? "replica" : role,
+				  node->host, node->port, strcmp(role, "slave") == 0 ? "replica" : role,
 				  sk_sentinel_enabled() ? " (the sentinels named it; it may be changing role)" :
 				  "; point seckill.redis_host at the master, or set seckill.redis_sentinels");
 		sk_redis_disconnect(NULL);
 		return false;
 	}
-	run_id[0] = '\0';
+	node->run_id[0] = '\0';
 	if (r[1].type == REDIS_REPLY_STRING)
 	{
 		const char *at = strstr(r[1].str, "run_id:");
@@ -884,7 +1178,7 @@ check_role(void)
 		if (at != NULL)
 		{
 			at += strlen("run_id:");
-			strlcpy(run_id, at, Min(sizeof(run_id), strcspn(at, "\r\n") + 1));
+			strlcpy(node->run_id, at, Min(sizeof(node->run_id), strcspn(at, "\r\n") + 1));
 		}
 	}
 	return true;
@@ -905,7 +1199,7 @@ sk_redis_watch(void)
 
 	bool		named;
 
-	if (conn == NULL || !sk_sentinel_enabled() || GetCurrentTimestamp() < sentinels_due)
+	if (!connected || !sk_sentinel_enabled() || GetCurrentTimestamp() < sentinels_due)
 		return;
 	/* the password only to open a sentinel connection: it is kept */
 	if (!sk_sentinel_connected() && seckill_redis_password_file[0] != '\0')
@@ -926,23 +1220,201 @@ sk_redis_watch(void)
 }
 
 /*
- * Connect (to the master the sentinels name, when they are set),
- * authenticate, check the role and load the scripts, all within
- * seckill.redis_timeout.  While backing off after a failure, returns false at
- * once with the last error, so that callers fail fast instead of queueing.
+ * Open a connection to host:port and authenticate on it, within
+ * seckill.redis_timeout: its index, or -1 with the error set and every
+ * connection closed.
+ */
+static int
+connect_node(const char *host, int port)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout);
+	redisContext *ctx;
+	SkNode	   *node;
+	int			soerr = 0;
+	socklen_t	soerrlen = sizeof(soerr);
+
+	if (nnodes == SK_MAX_NODES)
+	{
+		set_error("the Redis Cluster has more than %d masters, more than seckill connects to",
+				  SK_MAX_NODES);
+		drop_nodes();
+		return -1;
+	}
+	ctx = redisConnectNonBlock(host, port);
+	if (ctx == NULL || ctx->err)
+	{
+		set_error("could not connect to Redis at %s:%d: %s", host, port,
+				  ctx ? ctx->errstr : "out of memory");
+		if (ctx)
+			redisFree(ctx);
+		drop_nodes();
+		return -1;
+	}
+	node = &nodes[nnodes++];
+	node->ctx = ctx;
+	strlcpy(node->host, host, sizeof(node->host));
+	node->port = port;
+	node->master = false;
+	node->run_id[0] = '\0';
+	rebuild_wait_set();
+	if (!wait_socket(node, WL_SOCKET_WRITEABLE, deadline) ||
+		getsockopt(ctx->fd, SOL_SOCKET, SO_ERROR, &soerr, &soerrlen) != 0 || soerr != 0)
+	{
+		if (nnodes > 0)
+		{
+			set_error("could not connect to Redis at %s:%d: %s", host, port,
+					  soerr ? strerror(soerr) : "timed out");
+			drop_nodes();
+		}
+		return -1;
+	}
+	if (!authenticate(node))
+		return -1;
+	return node - nodes;
+}
+
+/* A node connected, and checked to be a master with the scripts loaded. */
+static bool
+make_master(SkNode *node)
+{
+	if (!node->master && (!check_role(node) || !load_scripts(node)))
+		return false;
+	node->master = true;
+	return true;
+}
+
+/*
+ * The master at host:port (a slot's, or a redirection's): its index,
+ * connected first when it is new; -1 when it cannot be reached (then every
+ * connection is closed).
+ */
+static int
+node_index(const char *host, int port)
+{
+	int			i;
+
+	for (i = 0; i < nnodes; i++)
+		if (nodes[i].port == port && strcmp(nodes[i].host, host) == 0)
+			break;
+	if (i == nnodes && (i = connect_node(host, port)) < 0)
+		return -1;
+	return make_master(&nodes[i]) ? i : -1;
+}
+
+static int
+compare_strings(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *) a, *(const char *const *) b);
+}
+
+/* The cluster's identity: a digest of its masters' run_ids. */
+static void
+cluster_run_id(void)
+{
+	const char *ids[SK_MAX_NODES];
+	int			n = 0;
+	StringInfoData all;
+
+	for (int i = 0; i < nnodes; i++)
+		if (nodes[i].master && nodes[i].run_id[0] != '\0')
+			ids[n++] = nodes[i].run_id;
+	run_id[0] = '\0';
+	if (n == 0)
+		return;
+	qsort(ids, n, sizeof(char *), compare_strings);
+	initStringInfo(&all);
+	for (int i = 0; i < n; i++)
+		appendStringInfoString(&all, ids[i]);
+	snprintf(run_id, sizeof(run_id), "cluster-%016llx",
+			 (unsigned long long) hash_bytes_extended((const unsigned char *) all.data, all.len, 0));
+}
+
+/* One master (seckill.redis_host's, or the sentinels'). */
+static bool
+connect_master(void)
+{
+	if (connect_node(conn_host, conn_port) < 0 || !make_master(&nodes[0]))
+		return false;
+	strlcpy(run_id, nodes[0].run_id, sizeof(run_id));
+	return true;
+}
+
+/*
+ * A Redis Cluster: ask seckill.redis_host (any node, a replica too) which
+ * master serves each slot, and connect to each.
+ */
+static bool
+connect_cluster(void)
+{
+	SkPipeline	p;
+	SkReply		slots;
+	char		why[256];
+	char		seed_error[sizeof(last_error)];
+	int			i;
+
+	if (connect_node(conn_host, conn_port) < 0)
+	{
+		strlcpy(seed_error, last_error, sizeof(seed_error));
+		for (i = 0; i < nseeds; i++)
+			if ((seeds[i].port != conn_port || strcmp(seeds[i].host, conn_host) != 0) &&
+				connect_node(seeds[i].host, seeds[i].port) == 0)
+				break;
+		if (i == nseeds)
+		{
+			set_error("%s%s", seed_error, nseeds > 0 ? ", nor any other master it knew" : "");
+			return false;
+		}
+	}
+	sk_pipeline_init(&p);
+	add_command(&p, 2, (const char *[]) {"CLUSTER", "SLOTS"}, NULL, 2);
+	if (!send_and_read(&nodes[0], &p, &slots))
+		return false;
+	if (slots.type == REDIS_REPLY_ERROR)
+	{
+		set_error("Redis at %s:%d answered CLUSTER SLOTS with \"%s\": it is no Redis Cluster node; "
+				  "set seckill.redis_cluster = off, or point seckill.redis_host at a node of the cluster",
+				  conn_host, conn_port, slots.str);
+		return false;
+	}
+	if (!sk_cluster_map_load(&slots, nodes[0].host, node_index, why, sizeof(why)))
+	{
+		if (nnodes > 0)
+			set_error("%s", why);
+		return false;
+	}
+	cluster_run_id();
+	nseeds = 0;
+	for (i = 0; i < nnodes; i++)
+		if (nodes[i].master)
+		{
+			strlcpy(seeds[nseeds].host, nodes[i].host, sizeof(seeds[nseeds].host));
+			seeds[nseeds++].port = nodes[i].port;
+		}
+	return true;
+}
+
+/*
+ * Connect (to the master the sentinels name, when they are set; to every
+ * master of a Redis Cluster), authenticate, check the role and load the
+ * scripts, each connection within seckill.redis_timeout.  While backing off
+ * after a failure, returns false at once with the last error, so that
+ * callers fail fast instead of queueing.
  */
 static bool
 connect_now(void)
 {
-	TimestampTz deadline;
-	int			soerr = 0;
-	socklen_t	soerrlen = sizeof(soerr);
-
-	if (conn != NULL)
+	if (connected)
 		return true;
 	if (GetCurrentTimestamp() < next_attempt)
 		return false;
 
+	if (seckill_redis_cluster && sk_sentinel_enabled())
+	{
+		set_error("seckill.redis_cluster is on and seckill.redis_sentinels is set: a Redis Cluster names its masters itself; "
+				  "empty seckill.redis_sentinels");
+		attempt_failed();
+		return false;
+	}
 	if (sk_sentinel_enabled())
 	{
 		char		host[256];
@@ -970,44 +1442,28 @@ connect_now(void)
 		remember_settings(seckill_redis_host, seckill_redis_port);
 	proven = false;
 	connecting = true;
-	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout);
-	conn = redisConnectNonBlock(conn_host, conn_port);
-	if (conn == NULL || conn->err)
+	conn_cluster = seckill_redis_cluster;
+	if (!(conn_cluster ? connect_cluster() : connect_master()))
 	{
-		set_error("could not connect to Redis at %s:%d: %s", conn_host,
-				  conn_port, conn ? conn->errstr : "out of memory");
-		if (conn)
-			redisFree(conn);
-		conn = NULL;
-		attempt_failed();
-		return false;
-	}
-	rebuild_wait_set();
-	if (!wait_socket(WL_SOCKET_WRITEABLE, deadline) ||
-		getsockopt(conn->fd, SOL_SOCKET, SO_ERROR, &soerr, &soerrlen) != 0 || soerr != 0)
-	{
-		set_error("could not connect to Redis at %s:%d: %s", conn_host,
-				  conn_port, soerr ? strerror(soerr) : "timed out");
-		redisFree(conn);
-		conn = NULL;
-		rebuild_wait_set();
-		attempt_failed();
-		return false;
-	}
-	if (!authenticate() || !check_role() || !load_scripts())
-	{
-		if (conn != NULL)
-			sk_redis_disconnect(NULL);
+		drop_nodes();
 		attempt_failed();
 		return false;
 	}
 	/* not reset until the connection has proved usable (sk_redis_proven) */
 	next_attempt = 0;
 	generation++;
+	connected = true;
 	subscription_open();
 	rebuild_wait_set();
-	ereport(LOG, (errmsg("seckill worker connected to Redis at %s:%d%s",
-						 conn_host, conn_port, sk_sentinel_enabled() ? ", the master the sentinels name" : "")));
+	if (conn_cluster)
+		ereport(LOG, (errmsg("seckill worker connected to the Redis Cluster of %s:%d%s: %d masters",
+							 conn_host, conn_port,
+							 nodes[0].port == conn_port && strcmp(nodes[0].host, conn_host) == 0 ? "" :
+							 psprintf(" through %s:%d, the seed being unreachable", nodes[0].host, nodes[0].port),
+							 nnodes - (nodes[0].master ? 0 : 1))));
+	else
+		ereport(LOG, (errmsg("seckill worker connected to Redis at %s:%d%s",
+							 conn_host, conn_port, sk_sentinel_enabled() ? ", the master the sentinels name" : "")));
 	return true;
 }
 
@@ -1016,7 +1472,7 @@ sk_redis_connect(void)
 {
 	bool		ok;
 
-	if (conn != NULL)
+	if (connected)
 		return true;
 	PG_TRY();
 	{
@@ -1026,12 +1482,7 @@ sk_redis_connect(void)
 	{
 		/* an ERROR (a cancel, a statement timeout) broke the handshake off */
 		connecting = false;
-		if (conn != NULL)
-		{
-			redisFree(conn);
-			conn = NULL;
-			rebuild_wait_set();
-		}
+		drop_nodes();
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -1048,18 +1499,17 @@ void
 sk_redis_wait_idle(long timeout_ms)
 {
 	WaitEvent	ev;
-	int			n;
+	SkNode	   *node;
 
-	if (socket_pos >= 0)
-		ModifyWaitEvent(wait_set, socket_pos, WL_SOCKET_READABLE, NULL);
-	n = WaitEventSetWait(wait_set, timeout_ms, &ev, 1, PG_WAIT_EXTENSION);
-	if (n == 1 && (ev.events & WL_LATCH_SET))
+	if (WaitEventSetWait(wait_set, timeout_ms, &ev, 1, PG_WAIT_EXTENSION) != 1)
+		return;
+	if (ev.events & WL_LATCH_SET)
 		ResetLatch(MyLatch);
-	else if (n == 1 && ev.pos == sub_pos && sub_pos >= 0)
+	else if (ev.pos == sub_pos && sub_pos >= 0)
 		subscription_drain();
-	else if (n == 1 && (ev.events & WL_SOCKET_READABLE) && conn != NULL)
+	else if ((ev.events & WL_SOCKET_READABLE) && (node = node_at(ev.pos)) != NULL)
 	{
-		if (redisBufferRead(conn) == REDIS_ERR)
-			fail("Redis closed the connection");
+		if (redisBufferRead(node->ctx) == REDIS_ERR)
+			fail(node, "Redis closed the connection");
 	}
 }

@@ -62,7 +62,8 @@ typedef struct SkPipeline
 	StringInfoData buf;
 	int			count;
 	int		   *ends;			/* where each command ends in buf */
-	int			max;			/* room in ends */
+	int		   *slots;			/* each command's Redis Cluster slot, -1: none */
+	int			max;			/* room in ends and slots */
 } SkPipeline;
 
 extern void sk_redis_init(void);
@@ -89,6 +90,7 @@ extern SkReply *sk_pipeline_exec(SkPipeline *p);
 extern const char *sk_script_source(SkScript script);
 
 extern bool sk_reply_is_error(const SkReply *r);
+extern bool sk_reply_is_moving(const SkReply *r);
 extern long long sk_reply_int(const SkReply *r);
 
 /*

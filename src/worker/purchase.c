@@ -232,10 +232,13 @@ take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccept
 			const char *status = r[i].type == REDIS_REPLY_ARRAY && r[i].elements == 2 ?
 			r[i].element[0].str : NULL;
 
-			if (status == NULL)
-			{
+			if (status == NULL && sk_reply_is_moving(&r[i]))
+				pending[i].item->reply.status = SK_BUSY;
+			else if (status == NULL)
 				seckill_reply_error(&pending[i].item->reply, SK_ERR_REDIS_REFUSED,
 							   "the stock script failed: %s", r[i].str ? r[i].str : "unexpected reply");
+			if (status == NULL)
+			{
 				done[ndone++] = pending[i];
 				continue;
 			}
@@ -326,6 +329,13 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 		SeckillReply *reply = &items[i]->reply;
 		SkOrder    *o = &all[i].order;
 
+		if (sk_reply_is_moving(r))
+		{
+			/* its slot is moving between masters of the Redis Cluster: nothing ran */
+			reply->status = SK_BUSY;
+			sk_answer(items[i]);
+			continue;
+		}
 		if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
 			r->element[0].str == NULL)
 		{

@@ -32,20 +32,9 @@ relay_port=$((base + 2))
 sentinel_ports=($((base + 3)) $((base + 4)) $((base + 5)))
 sentinels=$(printf '127.0.0.1:%s,' "${sentinel_ports[@]}")
 sentinels=${sentinels%,}
-log=$SECKILL_TMP/postgresql.log
-# seckill.redis_prefix takes a restart: the suite's serves, on servers of our own
-prefix=$(psql_val "SHOW seckill.redis_prefix")
-work=$(mktemp -d -p "$SECKILL_TMP" sentinel.XXXXXX)
-chown postgres: "$work"
+own_servers sentinel
 relay=
-CROWD=
-SALE_WORK=
 
-rcli() { # rcli port command...
-	local port=$1
-	shift
-	redis-cli -h 127.0.0.1 -p "$port" "$@"
-}
 # socat forks a process per connection: signal them all
 relay_signal() { kill "-$1" "$relay" $(pgrep -P "$relay") 2>/dev/null; }
 # stop dir: the server whose pid file is in dir (redis-server removes the file
@@ -76,8 +65,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-now_ms() { date +%s%3N; }
-pg_now() { psql_val "SELECT clock_timestamp()"; }
 finish() { done_testing_with_logs 15 "$work"/*/log; }
 
 ports_free SECKILL_SENTINEL_PORT "$first_port" "$second_port" "$relay_port" "${sentinel_ports[@]}"
@@ -114,15 +101,6 @@ CONF
 	chown -R postgres: "$dir"
 	seckill_as_postgres redis-server "$dir/sentinel.conf" --sentinel
 }
-info() { # info port section field
-	rcli "$1" INFO "$2" 2>/dev/null | tr -d '\r' | sed -n "s/^$3://p"
-}
-# replicates port master_port: a replica of master_port, its link up
-replicates() {
-	[ "$(info "$1" replication role)" = slave ] &&
-		[ "$(info "$1" replication master_port)" = "$2" ] &&
-		[ "$(info "$1" replication master_link_status)" = up ]
-}
 sentinel_field() { # sentinel_field sentinel_port field
 	rcli "$1" SENTINEL master mymaster 2>/dev/null | awk -v f="$2" 'prev == f { print; exit } { prev = $0 }'
 }
@@ -140,66 +118,12 @@ named_by_all() {
 		[ "$(rcli "$s" SENTINEL get-master-addr-by-name mymaster 2>/dev/null | sed -n 2p)" = "$1" ] || return 1
 	done
 }
-# purchases port: the scripts that server ran (replicas get their effects only)
-purchases() {
-	rcli "$1" INFO commandstats 2>/dev/null | tr -d '\r' | sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\),.*/\1/p' |
-		grep . || echo 0
-}
-
-# the campaign as the server on port holds it, and as PostgreSQL says it
-# should be: "stock buyers"
-held() {
-	echo "$(rcli "$1" HGET "$prefix:{c:$SALE_CID}:meta" stock 2>&1) $(rcli "$1" SCARD "$prefix:{c:$SALE_CID}:buyers" 2>&1)"
-}
-expected() {
-	psql_val "SELECT c.total_stock - c.sold || ' ' || (SELECT count(*) FROM seckill.orders o
-		WHERE o.campaign_id = c.id AND o.status <> 'cancelled') FROM seckill.campaigns c WHERE c.id = $SALE_CID"
-}
-# Redis as the worker sees it, as PostgreSQL says: stock = total - sold, one
-# buyer per active order, nothing in flight
-agrees() {
-	psql_val "SELECT s.redis_stock = s.pg_stock AND s.in_flight = 0 AND s.redis_buyers = (SELECT count(*)
-		FROM seckill.orders o WHERE o.campaign_id = s.campaign_id AND o.status <> 'cancelled')
-		FROM seckill_status('$SALE_GOODS') s" 2>/dev/null
-}
-figures() {
-	psql_val "SELECT 'sold ' || sold || ', pg_stock ' || pg_stock || ', redis_stock ' || redis_stock
-		|| ', redis_buyers ' || redis_buyers || ', in_flight ' || in_flight
-		FROM seckill_status('$SALE_GOODS')" 2>&1
-}
 
 # crowd seconds name: 32 connections, 1,000 calls/s in all (sale.sh's
 # sale_crowd); its pid in CROWD
 crowd() {
 	sale_crowd "$1" "$2" 30000 32 1000
 	CROWD=$SALE_CROWD
-}
-crowd_end() {
-	wait "$CROWD"
-	CROWD=
-	ok "grep -q 'number of failed transactions: 0' '$SALE_WORK/$1.out'" "$1: every call of the crowd returned"
-	local slowest
-	slowest=$(sale_slowest "$1")
-	ok "[ $slowest -lt 6000 ]" "$1: the slowest call took $slowest ms (request timeout 5000 ms)"
-}
-oks_since() { psql_val "SELECT count(*) FROM stampede_answers WHERE status = 'ok' AND at >= '$1'"; }
-# gap since: the longest time without an ok answer, from a second before
-# then to the last ok, in ms
-gap() {
-	psql_val "SELECT coalesce(round(extract(epoch FROM max(d)) * 1000), -1) FROM (SELECT at - lag(at) OVER (ORDER BY at) d
-		FROM stampede_answers WHERE status = 'ok' AND at >= '$1'::timestamptz - interval '1 second') s"
-}
-answers() { # answers since
-	psql_val "SELECT string_agg(status || ' ' || n, ', ') FROM (SELECT status, count(*) n FROM stampede_answers
-		WHERE at >= '$1' GROUP BY 1 ORDER BY 1) s"
-}
-errors() { # errors since
-	psql_val "SELECT coalesce(string_agg(n || ' x ' || err, '; '), 'none') FROM (SELECT left(err, 120) err, count(*) n
-		FROM stampede_answers WHERE status = 'error' AND at >= '$1' GROUP BY 1 ORDER BY 2 DESC LIMIT 3) s"
-}
-compensations() { psql_val "SELECT count(*) FROM seckill.compensations WHERE campaign_id = $SALE_CID"; }
-logged() { # logged byte_offset regex: lines of the server log since then
-	tail -c +"$(($1 + 1))" "$log" | grep -ciE "$2"
 }
 
 # buys tag: a purchase by a new user answers ok; tries counts the calls
@@ -211,44 +135,6 @@ buys() {
 # must command...: refusals counts the commands that did not answer OK
 refusals=0
 must() { [ "$("$@" 2>&1)" = OK ] || refusals=$((refusals + 1)); }
-
-# after name since mark master compensations_before: what every failover is
-# checked for once its crowd is done
-after() {
-	local name=$1 since=$2 mark=$3 master=$4 comp=$5
-	crowd_end "$name"
-	diag "$name: answers $(answers "$since")" "$name: errors $(errors "$since")" \
-		"$name: the longest time without an ok answer: $(gap "$since") ms"
-	seckill_wait_for "[ \"\$(agrees)\" = t ]" 30
-	ok "[ $? -eq 0 ]" "$name: Redis agrees with PostgreSQL without a reconcile (seckill_status)" ||
-		diag "$name: $(figures)"
-	is "$(held "$master")" "$(expected)" "$name: the master the sentinels name holds stock = total - sold, a buyer per order"
-	ok "[ $(logged "$mark" 'takes this Redis over|rebuil') -gt 0 ]" \
-		"$name: the server log says the campaigns were rebuilt for the new master"
-	invariants "$name"
-	diag "$name: compensations $(($(compensations) - comp)), the worker's disconnections from Redis $(logged \
-		"$mark" 'disconnected from Redis') and connections $(logged "$mark" 'connected to Redis at')"
-}
-invariants() {
-	is "$(psql_val "SELECT c.sold <= c.total_stock AND coalesce(sum(o.qty), 0) = c.sold FROM seckill.campaigns c
-		LEFT JOIN seckill.orders o ON o.campaign_id = c.id AND o.status <> 'cancelled'
-		WHERE c.id = $SALE_CID GROUP BY c.id")" t "$1: no oversell (active orders = sold <= stock)"
-	is "$(psql_val "SELECT count(*) FROM (SELECT 1 FROM seckill.orders WHERE campaign_id = $SALE_CID
-		AND status <> 'cancelled' GROUP BY user_id HAVING count(*) > 1) d")" 0 "$1: nobody holds two active orders"
-	is "$(psql_val "SELECT count(*) FROM stampede_answers a WHERE a.status = 'ok' AND NOT EXISTS (SELECT 1
-		FROM seckill.orders o WHERE o.id = a.order_id AND o.user_id = a.user_id AND o.status <> 'cancelled')")" 0 \
-		"$1: every ok answer has its active order"
-}
-# resumed name new_master: sales go to the new master by themselves
-resumed() {
-	local calls orders started
-	calls=$(purchases "$2")
-	orders=$(sale_orders)
-	started=$(now_ms)
-	seckill_wait_for "[ \$(purchases $2) -ge $((calls + 500)) ] && sale_orders_at_least $((orders + 200))" 30
-	ok "[ $? -eq 0 ]" "$1: sales resume by themselves, on the new master"
-	diag "$1: 500 purchases on the new master within $(($(now_ms) - started)) ms of every sentinel naming it"
-}
 
 # The servers: a master, its replica, three sentinels
 redis_start "$first_port" && redis_start "$second_port" --replicaof 127.0.0.1 "$first_port" &&

@@ -1,0 +1,40 @@
+/*-------------------------------------------------------------------------
+ *
+ * cluster.h
+ *		Redis Cluster's key space: hash slots, the map of which master
+ *		serves each, and the redirections a master answers with.
+ *
+ * Only the arithmetic and the parsing: the connections to the masters are
+ * redis.c's, which names each by its index in its table of nodes.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SECKILL_CLUSTER_H
+#define SECKILL_CLUSTER_H
+
+#include "redis/redis.h"
+
+#define SK_CLUSTER_SLOTS 16384
+
+/* What a reply asks of the client before the command can run. */
+typedef enum SkRedirect
+{
+	SK_REDIRECT_NONE,
+	SK_REDIRECT_MOVED,			/* the slot is served elsewhere for good */
+	SK_REDIRECT_ASK,			/* the key is being moved: ask there once */
+	SK_REDIRECT_TRYAGAIN		/* the slot is mid-move: try again shortly */
+} SkRedirect;
+
+/* Finds (or connects) the node at host:port; its index, or -1. */
+typedef int (*SkNodeIndex) (const char *host, int port);
+
+extern int	sk_cluster_key_slot(const char *key, size_t len);
+extern void sk_cluster_map_reset(void);
+extern int	sk_cluster_node_of(int slot);
+extern void sk_cluster_map_set(int slot, int node);
+extern bool sk_cluster_map_load(const SkReply *slots, const char *seed_host,
+								SkNodeIndex node_index, char *why, size_t whylen);
+extern SkRedirect sk_cluster_redirect(const SkReply *r, int *slot,
+									  char *host, size_t hostlen, int *port);
+
+#endif							/* SECKILL_CLUSTER_H */

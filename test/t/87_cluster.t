@@ -1,0 +1,310 @@
+#!/usr/bin/env bash
+# Redis Cluster, on servers of our own: three masters and their replicas on
+# loopback, the bus ports below the ephemeral range.  The suite's PostgreSQL
+# is pointed at one master as its seed (seckill.redis_cluster) and:
+#  1. sells campaigns living on every master and a campaign of 6 stock shards
+#     spread over them, under 64 connections, to the last item;
+#  2. takes 30 SQL locks whose names live on every master;
+#  3. sells on while a campaign's slot moves to another master phase by
+#     phase (importing, keys migrating, ASK, MOVED): the answers of each
+#     phase are printed, and none may be an error (a purchase whose keys are
+#     not all on one side yet is refused TRYAGAIN by Redis: it answers busy);
+#  4. sells on after its connection to that master is killed, the moved slot
+#     now known only by a fresh CLUSTER SLOTS: the journal replay follows it;
+#  5. sells on when the seed's master is killed (SIGKILL) and its replica
+#     promoted: the worker reaches the cluster through the other masters and
+#     rebuilds the campaigns for the new master;
+#  6. sells on when the killed node, back as a replica, takes over again by
+#     CLUSTER FAILOVER.
+# After each: no oversell, nobody twice, every ok an order.
+set -uo pipefail
+# shellcheck source=test/t/tap.sh
+. "$(dirname "$0")/tap.sh"
+# shellcheck source=test/t/sale.sh
+. "$(dirname "$0")/sale.sh"
+
+# Below 32768, where the kernel's ephemeral ports begin; derived from the
+# suite's port (apart from 88_failover.t's and 89_sentinel.t's)
+base=${SECKILL_CLUSTER_PORT:-$((PGPORT % 10000 + 22000))}
+nodes=("$base" $((base + 1)) $((base + 2)) $((base + 3)) $((base + 4)) $((base + 5)))
+masters=()
+own_servers cluster
+
+cleanup() {
+	[ -n "$CROWD" ] && kill "$CROWD" 2>/dev/null && wait "$CROWD"
+	psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_cluster" -c "ALTER SYSTEM RESET seckill.redis_port" \
+		-c "SELECT pg_reload_conf()" >/dev/null 2>&1
+	local port pid
+	for port in "${nodes[@]}"; do
+		pid=$(cat "$work/redis-$port/pid" 2>/dev/null) &&
+			[ "$(cat "/proc/$pid/comm" 2>/dev/null)" = redis-server ] && kill -KILL "$pid"
+	done
+	[ -n "$SALE_WORK" ] && rm -rf "$SALE_WORK"
+	[ "${SECKILL_KEEP:-0}" = 1 ] || rm -rf "$work"
+}
+trap cleanup EXIT
+finish() { done_testing_with_logs 15 "$work"/*/log; }
+# owner key: the port of the master holding key
+owner() {
+	local port
+	for port in "${masters[@]}"; do
+		[ "$(rcli "$port" EXISTS "$1")" = 1 ] && echo "$port" && return
+	done
+	echo none
+}
+# keys_on port: how many of seckill's keys that master holds
+keys_on() { rcli "$1" --scan --pattern "$prefix:*" | wc -l; }
+# asked port: the purchases sent to that master, run or refused (TRYAGAIN
+# while some of their keys are still missing there)
+asked() {
+	rcli "$1" INFO commandstats | tr -d '\r' |
+		sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\),.*rejected_calls=\([0-9]*\),.*/\1 \2/p' |
+		awk '{ n = $1 + $2 } END { print n + 0 }'
+}
+error_count() { # error_count since [until]
+	psql_val "SELECT count(*) FROM stampede_answers WHERE status = 'error' AND at >= '$1'
+		AND at < coalesce(nullif('${2:-}', ''), 'infinity')::timestamptz"
+}
+
+ports_free SECKILL_CLUSTER_PORT "${nodes[@]}" $((base + 10)) $((base + 11)) $((base + 12)) $((base + 13)) $((base + 14)) \
+	$((base + 15))
+
+# node_start port: a node of the cluster, empty (without persistence), or
+# rejoining it with the node configuration it wrote
+node_start() {
+	local dir=$work/redis-$1
+	mkdir -p "$dir" && chown postgres: "$dir"
+	seckill_as_postgres redis-server --bind 127.0.0.1 --port "$1" --cluster-enabled yes \
+		--cluster-port $(($1 + 10)) --cluster-config-file "$dir/nodes.conf" --cluster-node-timeout 2000 \
+		--save '' --appendonly no --daemonize yes --dir "$dir" --pidfile "$dir/pid" --logfile "$dir/log" &&
+		seckill_wait_for "[ \"\$(rcli $1 PING 2>/dev/null)\" = PONG ]" 10
+}
+# role port: master or slave
+role() { rcli "$1" ROLE 2>/dev/null | head -1; }
+# replica_of port: the port of that master's replica
+replica_of() {
+	rcli "$1" CLUSTER REPLICAS "$(rcli "$1" CLUSTER MYID)" | head -1 | sed 's/^[^ ]* [^:]*:\([0-9]*\)@.*/\1/'
+}
+cluster_ok() {
+	local port
+	for port in "$@"; do
+		rcli "$port" CLUSTER INFO | grep -q '^cluster_state:ok' || return 1
+	done
+}
+
+# The cluster: three masters, the slots split evenly, a replica each
+for port in "${nodes[@]}"; do
+	node_start "$port"
+done
+rcli "${nodes[0]}" --cluster create "${nodes[@]/#/127.0.0.1:}" --cluster-replicas 1 --cluster-yes \
+	>"$work/create.out" 2>&1
+seckill_wait_for "cluster_ok ${nodes[*]}" 20
+for port in "${nodes[@]}"; do
+	[ "$(role "$port")" = master ] && masters+=("$port")
+done
+ok "[ ${#masters[@]} -eq 3 ] && [ \$(rcli ${nodes[0]} CLUSTER INFO | tr -d '\r' | sed -n 's/^cluster_known_nodes://p') = 6 ]" \
+	"a Redis Cluster of three masters on ports ${masters[*]}, and their replicas" ||
+	{ diag "$(cat "$work/create.out")"; finish; }
+
+mark=$(wc -c <"$log")
+seckill_configure "SET seckill.redis_cluster = on" "SET seckill.redis_port = ${masters[1]}"
+ok "[ $? -eq 0 ]" "the worker is given a master as its seed" || finish
+psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
+psql -Xq -v ON_ERROR_STOP=1 -f "$SECKILL_ROOT/test/helpers.sql"
+psql_val "ALTER TABLE stampede_answers ADD COLUMN at timestamptz DEFAULT clock_timestamp()"
+
+# 1. Campaigns: one of 6 shards, then campaigns of 1,000 until every master
+#    holds one (their slots follow from their ids)
+goods=cluster-$$
+shards=6
+is "$(psql_val "SELECT seckill_campaign_create('$goods-1', 6000) > 0")" t "a campaign of 6,000 created" || finish
+is "$(psql_val "SELECT seckill_campaign_set('$goods-1', '{\"shards\": $shards}')->>'shards'")" $shards \
+	"its stock split into $shards shards" || finish
+is "$(psql_val "SELECT seckill_preheat('$goods-1')")" 6000 "preheated on the cluster" || finish
+cid=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$goods-1'")
+ok "[ $(logged "$mark" "connected to the Redis Cluster of 127.0.0.1:${masters[1]}: 3 masters") -gt 0 ]" \
+	"the server log says the worker found the cluster's 3 masters"
+shard_homes=
+for s in $(seq 0 $((shards - 1))); do
+	shard_homes+="$(owner "$prefix:{c:$cid:$s}:meta") "
+done
+ok "! grep -q none <<<'$shard_homes'" "every shard is on the master of its slot: ${shard_homes% }"
+count=1
+homes=" "
+while [ $count -lt 40 ] && [ "$(wc -w <<<"$homes")" -lt 3 ]; do
+	count=$((count + 1))
+	psql_val "SELECT seckill_campaign_create('$goods-$count', 1000)" >/dev/null
+	psql_val "SELECT seckill_preheat('$goods-$count')" >/dev/null
+	id=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$goods-$count'")
+	home=$(owner "$prefix:{c:$id}:meta")
+	[[ $homes == *" $home "* ]] || homes+="$home "
+done
+ok "[ $(wc -w <<<"$homes") -eq 3 ] && ! grep -q none <<<'$homes'" \
+	"$((count - 1)) campaigns of 1,000 preheated, on the masters$homes"
+total=$((6000 + (count - 1) * 1000))
+
+cat >"$work/crowd.sql" <<SQL
+\set u random(1, 40000)
+\set g random(1, $count)
+SELECT try_buy('user-' || :u, '$goods-' || :g);
+SQL
+started=$(date +%s)
+for _ in $(seq 1 30); do
+	[ "$(psql_val "SELECT sum(sold) FROM seckill.campaigns WHERE goods LIKE '$goods-%'")" -ge $total ] && break
+	pgbench -n -c 64 -j 2 -T 3 -f "$work/crowd.sql" >>"$work/crowd.out" 2>&1
+done
+diag "sold $total items on $count campaigns in $(($(date +%s) - started)) s: $(answers '-infinity')"
+is "$(error_count '-infinity')" 0 "every call answered without an error" || diag "$(errors '-infinity')"
+is "$(psql_val "SELECT string_agg(goods, ' ') FROM seckill.campaigns c WHERE goods LIKE '$goods-%' AND NOT (
+	c.sold = c.total_stock AND c.sold = (SELECT coalesce(sum(qty), 0) FROM seckill.orders o
+		WHERE o.campaign_id = c.id AND o.status <> 'cancelled'))")" "" "no oversell: every campaign's orders = sold = stock"
+is "$(psql_val "SELECT count(*) FROM (SELECT 1 FROM seckill.orders o JOIN seckill.campaigns c ON c.id = o.campaign_id
+	WHERE c.goods LIKE '$goods-%' AND o.status <> 'cancelled' GROUP BY o.campaign_id, o.user_id HAVING count(*) > 1) d")" 0 \
+	"nobody bought any campaign twice"
+is "$(psql_val "SELECT count(*) FROM stampede_answers a WHERE a.status = 'ok' AND NOT EXISTS (SELECT 1
+	FROM seckill.orders o WHERE o.id = a.order_id AND o.user_id = a.user_id AND o.status <> 'cancelled')")" 0 \
+	"every ok answer has its committed order"
+is "$(psql_val "SELECT count(*) FROM seckill.campaigns c, seckill_status(c.goods) s
+	WHERE c.goods LIKE '$goods-%' AND NOT (s.redis_stock = 0 AND s.in_flight = 0 AND s.redis_buyers = c.sold)")" 0 \
+	"seckill_status: every campaign's stock is 0 in Redis, its journal empty, a buyer per order"
+shard_stock=
+for s in $(seq 0 $((shards - 1))); do
+	shard_stock+="$(rcli "$(owner "$prefix:{c:$cid:$s}:meta")" HGET "$prefix:{c:$cid:$s}:meta" stock) "
+done
+is "$shard_stock" "0 0 0 0 0 0 " "every shard sold to its last item, lending across masters"
+for port in "${masters[@]}"; do
+	ok "[ $(keys_on "$port") -gt 0 ]" "the master on port $port holds $(keys_on "$port") of seckill's keys"
+done
+
+# 2. Locks: 30 names, spread over the masters by their slots
+locks() { # locks "condition on name": how many of the 30 names meet it
+	echo "SELECT count(*) FROM (SELECT 'cluster-lock-' || i AS name FROM generate_series(1, 30) i) l WHERE $1;"
+}
+session_hold "$(locks "seckill_lock(name) IS NOT NULL")"
+is "$(head -1 "$SESSION_OUT")" 30 "30 SQL locks taken in one session"
+lock_homes=
+for port in "${masters[@]}"; do
+	lock_homes+="$(rcli "$port" --scan --pattern "$prefix:{lock:cluster-lock-*" | wc -l) "
+done
+ok "! grep -qw 0 <<<'$lock_homes'" "the locks live on every master: ${lock_homes% }"
+is "$(psql_val "$(locks "seckill_lock(name) IS NULL")")" 30 "another session is refused each of them"
+session_end "$(locks "seckill_unlock(name)")"
+is "$(tail -1 "$SESSION_OUT")" 30 "their holder releases them all"
+is "$(psql -XAtq -c "$(locks "seckill_lock(name) IS NOT NULL")" -c "$(locks "seckill_unlock(name)")" | paste -sd/)" \
+	30/30 "then another session takes and releases them all"
+
+# 3. A slot moved mid-sale, phase by phase
+sale_begin "$goods-move" 40000
+psql_val "ALTER TABLE stampede_answers ADD COLUMN at timestamptz DEFAULT clock_timestamp()"
+key="$prefix:{c:$SALE_CID}:meta"
+slot=$(rcli "${masters[0]}" CLUSTER KEYSLOT "$key")
+src=$(owner "$key")
+for port in "${masters[@]}"; do
+	[ "$port" != "$src" ] && dst=$port && break
+done
+src_id=$(rcli "$src" CLUSTER MYID)
+dst_id=$(rcli "$dst" CLUSTER MYID)
+sale_crowd 30 move 30000 64 2000
+CROWD=$SALE_CROWD
+seckill_wait_for "[ \$(oks_since '-infinity') -ge 2000 ]" 30
+ok "[ $? -eq 0 ]" "move: the sale of campaign $SALE_CID (slot $slot, on port $src) is under way" || finish
+t0=$(pg_now)
+rcli "$dst" CLUSTER SETSLOT "$slot" IMPORTING "$src_id" >/dev/null
+rcli "$src" CLUSTER SETSLOT "$slot" MIGRATING "$dst_id" >/dev/null
+seckill_wait_for "[ \$(oks_since '$t0') -ge 500 ] || [ \$(error_count '$t0') -gt 0 ]" 3
+t1=$(pg_now)
+moved=0
+while keys=$(rcli "$src" CLUSTER GETKEYSINSLOT "$slot" 1) && [ -n "$keys" ]; do
+	[ "$(rcli "$src" MIGRATE 127.0.0.1 "$dst" "" 0 5000 KEYS $keys)" = OK ] && moved=$((moved + 1))
+	before=$(psql_val "SELECT count(*) FROM stampede_answers")
+	seckill_wait_for "[ \$(psql_val 'SELECT count(*) FROM stampede_answers') -ge $((before + 500)) ]" 3
+done
+t2=$(pg_now)
+calls=$(asked "$dst")
+seckill_wait_for "[ \$(asked $dst) -ge $((calls + 300)) ]" 5
+ok "[ $? -eq 0 ]" "move: $moved keys migrated; the worker follows ASK to the new master"
+t3=$(pg_now)
+for port in "${masters[@]}"; do
+	rcli "$port" CLUSTER SETSLOT "$slot" NODE "$dst_id" >/dev/null
+done
+seckill_wait_for "[ \$(oks_since '$t3') -ge 2000 ]" 15
+ok "[ $? -eq 0 ]" "move: slot $slot given to port $dst (MOVED), sales go on"
+t4=$(pg_now)
+diag "move: before $(answers '-infinity' "$t0")" "move: importing/migrating $(answers "$t0" "$t1")" \
+	"move: keys migrating $(answers "$t1" "$t2")" "move: ASK $(answers "$t2" "$t3")" "move: MOVED $(answers "$t3" "$t4")"
+is "$(error_count "$t0" "$t4")" 0 "move: no call failed in any phase" || diag "move: $(errors "$t0")"
+is "$(owner "$key")" "$dst" "move: the campaign is on port $dst now"
+
+# 4. The worker's connection to the slot's new master killed: it drops them
+#    all, comes back through the seed, learns the slot's new home from
+#    CLUSTER SLOTS and replays its journal there
+t5=$(pg_now)
+mark=$(wc -c <"$log")
+killed=$(rcli "$dst" CLIENT KILL TYPE normal SKIPME yes)
+ok "[ $killed -ge 1 ]" "drop: the worker's connection to port $dst killed"
+seckill_wait_for "[ \$(oks_since '$t5') -ge 2000 ]" 15
+ok "[ $? -eq 0 ]" "drop: sales go on"
+crowd_end move
+diag "drop: $(answers "$t5"), errors: $(errors "$t5")"
+ok "[ $(error_count "$t5") -le 64 ]" "drop: at most the calls in flight failed ($(error_count "$t5"))"
+is "$(logged "$mark" 'MOVED|ASK|TRYAGAIN|CLUSTERDOWN')" 0 "drop: the server log shows no redirection error"
+sale_finish
+
+# 5. The seed's master killed (SIGKILL) mid-sale, with the campaign on it:
+#    its replica is promoted, the worker finds the cluster through the other
+#    masters it knew and rebuilds the campaigns for the new set of masters
+seed=${masters[1]}
+replica=$(replica_of "$seed")
+# slot_owner slot: the port of the master serving it
+slot_owner() {
+	rcli "${masters[0]}" CLUSTER NODES | awk -v s="$1" '$3 ~ /master/ && $3 !~ /fail/ {
+		for (i = 9; i <= NF; i++) {
+			n = split($i, r, "-")
+			if ($i !~ /^\[/ && s + 0 >= r[1] + 0 && s + 0 <= r[n] + 0) { split($2, a, "[:@]"); print a[2]; exit }
+		}
+	}'
+}
+# under_way name: a crowd of 64 connections, 1,000 calls/s for 15 s, and the
+# sale under way; since, mark and comp taken before it
+under_way() {
+	since=$(pg_now)
+	mark=$(wc -c <"$log")
+	comp=$(compensations)
+	sale_crowd 15 "$1" 30000 64 1000
+	CROWD=$SALE_CROWD
+	seckill_wait_for "[ \$(oks_since '$since') -ge 1000 ]" 30
+	ok "[ $? -eq 0 ]" "$1: the sale is under way" || finish
+}
+# the next campaign id whose slot is the seed's (ids skipped are never used)
+for _ in $(seq 1 50); do
+	next=$(psql_val "SELECT last_value + 1 FROM seckill.campaigns_id_seq")
+	[ "$(slot_owner "$(rcli "$seed" CLUSTER KEYSLOT "$prefix:{c:$next}:meta")")" = "$seed" ] && break
+	psql_val "SELECT nextval('seckill.campaigns_id_seq')" >/dev/null
+done
+sale_begin "$goods-failover" 40000
+psql_val "ALTER TABLE stampede_answers ADD COLUMN at timestamptz DEFAULT clock_timestamp()"
+is "$(owner "$prefix:{c:$SALE_CID}:meta")" "$seed" "kill: campaign $SALE_CID is on the seed, port $seed (its replica: $replica)"
+under_way kill
+kill -KILL "$(cat "$work/redis-$seed/pid")"
+started=$(now_ms)
+seckill_wait_for "[ \"\$(role $replica)\" = master ] && cluster_ok ${masters[0]}" 20
+ok "[ $? -eq 0 ]" "kill: the seed's master killed, its replica promoted ($(($(now_ms) - started)) ms)" || finish
+resumed kill "$replica"
+after kill "$since" "$mark" "$replica" "$comp"
+ok "[ $(logged "$mark" "connected to the Redis Cluster of 127.0.0.1:$seed through 127.0.0.1:") -gt 0 ]" \
+	"kill: the worker reached the cluster through another master than its seed"
+
+# 6. The killed node back, empty: it rejoins as the replica of its successor;
+#    then CLUSTER FAILOVER makes it the master again, mid-sale
+node_start "$seed"
+seckill_wait_for "replicates $seed $replica" 30
+ok "[ $? -eq 0 ]" "failover: the killed node restarted as a replica of port $replica" || finish
+under_way failover
+is "$(rcli "$seed" CLUSTER FAILOVER)" OK "failover: CLUSTER FAILOVER on port $seed"
+started=$(now_ms)
+seckill_wait_for "[ \"\$(role $seed)\" = master ]" 20
+ok "[ $? -eq 0 ]" "failover: port $seed is the master again ($(($(now_ms) - started)) ms)" || finish
+resumed failover "$seed"
+after failover "$since" "$mark" "$seed" "$comp"
+sale_finish
+finish

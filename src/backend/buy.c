@@ -135,13 +135,21 @@ forget_orders_oids(Datum arg, Oid relid)
 		orders_oid = holder_index_oid = InvalidOid;
 }
 
+/*
+ * Both OIDs are set together, after both lookups: a lookup may take in a
+ * relcache reset (an invalidation queue overflow) that forgets the OIDs,
+ * and one forgotten while the other was kept would be opened as OID 0.  A
+ * stale pair is caught after locking, in held_order().
+ */
 static bool
 look_up_orders_oids(void)
 {
 	static bool callback_registered = false;
 	Oid			nsp;
+	Oid			table;
+	Oid			index;
 
-	if (OidIsValid(holder_index_oid))
+	if (OidIsValid(orders_oid) && OidIsValid(holder_index_oid))
 		return true;
 	if (!callback_registered)
 	{
@@ -151,9 +159,13 @@ look_up_orders_oids(void)
 	nsp = get_namespace_oid("seckill", true);
 	if (!OidIsValid(nsp))
 		return false;
-	orders_oid = get_relname_relid("orders", nsp);
-	holder_index_oid = get_relname_relid("orders_one_active_per_user", nsp);
-	return OidIsValid(orders_oid) && OidIsValid(holder_index_oid);
+	table = get_relname_relid("orders", nsp);
+	index = get_relname_relid("orders_one_active_per_user", nsp);
+	if (!OidIsValid(table) || !OidIsValid(index))
+		return false;
+	orders_oid = table;
+	holder_index_oid = index;
+	return true;
 }
 
 /*

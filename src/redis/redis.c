@@ -807,10 +807,11 @@ known_master(const char *host, int port)
  * node, its scripts loaded again; after MOVED to the slot's new master, the
  * map updated; after ASK to the importing node, once, behind an ASKING;
  * after TRYAGAIN (its keys are being moved) to the same node, a little
- * later.  -1 when the reply stands.
+ * later.  A command sent behind an ASKING is sent behind one again.  -1 when
+ * the reply stands (redirections but in a Redis Cluster).
  */
 static int
-redirect(const SkPipeline *p, int cmd, const SkReply *r, int sent_to,
+redirect(const SkReply *r, int sent_to, bool was_asking,
 		 bool *asking, bool *reload, bool *pause)
 {
 	char		host[256];
@@ -818,12 +819,14 @@ redirect(const SkPipeline *p, int cmd, const SkReply *r, int sent_to,
 				port,
 				node;
 
-	*asking = false;
+	*asking = was_asking;
 	if (is_noscript(r))
 	{
 		reload[sent_to] = true;
 		return sent_to;
 	}
+	if (!conn_cluster)
+		return -1;
 	switch (sk_cluster_redirect(r, &slot, host, sizeof(host), &port))
 	{
 		case SK_REDIRECT_NONE:
@@ -848,9 +851,8 @@ redirect(const SkPipeline *p, int cmd, const SkReply *r, int sent_to,
 	node = node_index(host, port);
 	if (node < 0)
 		return -1;
-	if (r->str[0] == 'A')
-		*asking = true;
-	else
+	*asking = r->str[0] == 'A';
+	if (!*asking)
 		sk_cluster_map_set(slot, node);
 	return node;
 }
@@ -877,6 +879,7 @@ sk_pipeline_exec(SkPipeline *p)
 	int		   *to;
 	int		   *cmds;
 	bool	   *asking;
+	bool	   *was_asking;
 	bool	   *reload;
 
 	if (!connected || p->count == 0)
@@ -884,12 +887,13 @@ sk_pipeline_exec(SkPipeline *p)
 	replies = palloc0(sizeof(SkReply) * p->count);
 	to = palloc(sizeof(int) * p->count);
 	for (int i = 0; i < p->count; i++)
-		to[i] = nnodes == 1 ? 0 : sk_cluster_node_of(p->slots[i]);
+		to[i] = conn_cluster ? sk_cluster_node_of(p->slots[i]) : 0;
 	if (!send_to(p, p->count, NULL, to, NULL, replies))
 		return NULL;
 
 	cmds = palloc(sizeof(int) * p->count);
 	asking = palloc(sizeof(bool) * p->count);
+	was_asking = palloc0(sizeof(bool) * p->count);
 	reload = palloc(sizeof(bool) * SK_MAX_NODES);
 	for (int attempt = 0;; attempt++)
 	{
@@ -902,7 +906,7 @@ sk_pipeline_exec(SkPipeline *p)
 		for (int i = 0; i < p->count; i++)
 		{
 			int			next = sent_to[i] >= 0 ?
-				redirect(p, i, &replies[i], sent_to[i], &asking[n], reload, &pause) : -1;
+				redirect(&replies[i], sent_to[i], was_asking[i], &asking[n], reload, &pause) : -1;
 
 			if (!connected)
 				return NULL;
@@ -923,9 +927,8 @@ sk_pipeline_exec(SkPipeline *p)
 			}
 		if (pause)
 		{
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 TRYAGAIN_PAUSE_MS, PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
+			/* not cut short by the latch, which every new request sets */
+			(void) WaitLatch(NULL, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, TRYAGAIN_PAUSE_MS, PG_WAIT_EXTENSION);
 			CHECK_FOR_INTERRUPTS();
 		}
 		if (!send_to(p, n, cmds, to, asking, replies))
@@ -934,7 +937,10 @@ sk_pipeline_exec(SkPipeline *p)
 		for (int i = 0; i < p->count; i++)
 			sent_to[i] = -1;
 		for (int k = 0; k < n; k++)
+		{
 			sent_to[cmds[k]] = to[k];
+			was_asking[cmds[k]] = asking[k];
+		}
 		memcpy(to, sent_to, sizeof(int) * p->count);
 	}
 	return replies;
@@ -1220,6 +1226,19 @@ sk_redis_watch(void)
 }
 
 /*
+ * A connection could not be opened: close them all, and say so when the
+ * worker was connected (a master met through a redirection).
+ */
+static void
+connect_failed(void)
+{
+	if (connected)
+		sk_redis_disconnect(NULL);
+	else
+		drop_nodes();
+}
+
+/*
  * Open a connection to host:port and authenticate on it, within
  * seckill.redis_timeout: its index, or -1 with the error set and every
  * connection closed.
@@ -1237,7 +1256,7 @@ connect_node(const char *host, int port)
 	{
 		set_error("the Redis Cluster has more than %d masters, more than seckill connects to",
 				  SK_MAX_NODES);
-		drop_nodes();
+		connect_failed();
 		return -1;
 	}
 	ctx = redisConnectNonBlock(host, port);
@@ -1247,7 +1266,7 @@ connect_node(const char *host, int port)
 				  ctx ? ctx->errstr : "out of memory");
 		if (ctx)
 			redisFree(ctx);
-		drop_nodes();
+		connect_failed();
 		return -1;
 	}
 	node = &nodes[nnodes++];
@@ -1257,6 +1276,8 @@ connect_node(const char *host, int port)
 	node->master = false;
 	node->run_id[0] = '\0';
 	rebuild_wait_set();
+	/* an error (a cancel) in the wait must not leave this half-open node */
+	in_flight = true;
 	if (!wait_socket(node, WL_SOCKET_WRITEABLE, deadline) ||
 		getsockopt(ctx->fd, SOL_SOCKET, SO_ERROR, &soerr, &soerrlen) != 0 || soerr != 0)
 	{
@@ -1264,10 +1285,12 @@ connect_node(const char *host, int port)
 		{
 			set_error("could not connect to Redis at %s:%d: %s", host, port,
 					  soerr ? strerror(soerr) : "timed out");
-			drop_nodes();
+			connect_failed();
 		}
+		in_flight = false;
 		return -1;
 	}
+	in_flight = false;
 	if (!authenticate(node))
 		return -1;
 	return node - nodes;
@@ -1380,6 +1403,12 @@ connect_cluster(void)
 	{
 		if (nnodes > 0)
 			set_error("%s", why);
+		return false;
+	}
+	if (slots.elements == 0)
+	{
+		set_error("Redis at %s:%d serves no slot (CLUSTER SLOTS is empty): the cluster is not created yet",
+				  nodes[0].host, nodes[0].port);
 		return false;
 	}
 	cluster_run_id();

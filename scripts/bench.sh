@@ -13,6 +13,8 @@
 #   4r rate limits per user and per address (generous: every call passes both buckets)
 #   4t one-time tokens (each call issues its token with seckill_token, then buys with it)
 #   4s stock split into 8 shards (while every shard has stock)
+#   4c the same on a Redis Cluster of three masters of our own (last, after
+#      the soak: the worker is moved to the cluster and back)
 # and the distributed locks against PostgreSQL's own, each client its own name:
 #   7a seckill_lock + seckill_unlock
 #   7b pg_advisory_lock + pg_advisory_unlock
@@ -43,10 +45,12 @@ while [ $# -gt 0 ]; do
 	esac
 done
 
+servers_of_our_own=0
 if [ -z "${SECKILL_TMP:-}" ]; then
 	seckill_install_deps
 	seckill_build_install
 	seckill_start_servers
+	servers_of_our_own=1
 fi
 out=${out:-$SECKILL_ROOT/bench-results}
 work=$out/work
@@ -62,6 +66,7 @@ gone=bench-gone-$run_id
 rate=bench-rate-$run_id
 tok=bench-token-$run_id
 sharded=bench-shards-$run_id
+clustered=bench-cluster-$run_id
 psql_q <<SQL >/dev/null
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS seckill;
@@ -83,6 +88,8 @@ SELECT seckill_campaign_create('$tok', 2000000000);
 SELECT seckill_campaign_set('$tok', '{"token_required": true}');
 SELECT seckill_campaign_create('$sharded', 2000000000);
 SELECT seckill_campaign_set('$sharded', '{"shards": 8}');
+SELECT seckill_campaign_create('$clustered', 2000000000);
+SELECT seckill_campaign_set('$clustered', '{"shards": 8}');
 SQL
 for g in "$big" "$gone" "$rate" "$tok" "$sharded"; do
 	psql_q -c "SELECT seckill_preheat('$g')" >/dev/null
@@ -118,6 +125,7 @@ buy_script buy.sql "$big"
 buy_script rate.sql "$rate"
 buy_script token.sql "$tok" token
 buy_script shards.sql "$sharded"
+buy_script cluster.sql "$clustered"
 buy_script soldout.sql "$gone"
 cat >"$work/lock.sql" <<SQL
 SELECT seckill_lock('bench-$run_id-' || :client_id) IS NOT NULL;
@@ -198,27 +206,6 @@ for c in $clients; do
 done
 seckill_redis_cli DEL "${rkeys[@]}" >/dev/null
 
-# --- the invariants: nothing oversold, nobody twice -------------------------------
-check=$(psql_q <<SQL
-SELECT count(*) FILTER (WHERE NOT ok) FROM (
-	SELECT c.sold = (SELECT coalesce(sum(qty), 0) FROM seckill.orders o
-					 WHERE o.campaign_id = c.id AND o.status <> 'cancelled')
-		AND c.sold <= c.total_stock
-		AND (SELECT count(*) FROM seckill.orders o WHERE o.campaign_id = c.id AND o.status <> 'cancelled')
-		  = (SELECT count(DISTINCT user_id) FROM seckill.orders o WHERE o.campaign_id = c.id AND o.status <> 'cancelled') AS ok
-	FROM seckill.campaigns c WHERE c.goods IN ('$big', '$gone', '$rate', '$tok', '$sharded')
-	UNION ALL
-	SELECT s.remaining + (SELECT count(*) FROM bench.orders o WHERE o.item = s.id) = 2000000000
-	FROM bench.stock s) v;
-SQL
-)
-if [ "$check" != 0 ]; then
-	echo "seckill: INVARIANT BROKEN: an oversell or a double purchase in the benchmark" >&2
-	psql -X -c "SELECT * FROM seckill_status('$big')" -c "SELECT * FROM bench.stock" >&2
-	exit 1
-fi
-echo "Invariants: no oversell, no double purchase (seckill and both PostgreSQL contenders)." >&2
-
 # --- memory over a longer run of row 4 ----------------------------------------------
 # Private memory (RssAnon): what a leak grows.  VmRSS also counts the pages of
 # shared_buffers a process has touched, which grows with the tables.
@@ -240,6 +227,73 @@ if [ "$soak" -gt 0 ]; then
 	done
 	wait "$bench" || { cat "$work/soak.out" >&2; exit 1; }
 fi
+
+# --- row 4c: the sharded campaign on a Redis Cluster ----------------------------------
+# Three masters on ports below the ephemeral range; the other campaigns are
+# closed first, lest the worker rebuild them in the new Redis meanwhile.
+cluster_base=${SECKILL_BENCH_CLUSTER_PORT:-$((PGPORT % 10000 + 23000))}
+cluster_ports=("$cluster_base" $((cluster_base + 1)) $((cluster_base + 2)))
+# where postgres, who runs the nodes, may write
+cluster_dir=$(mktemp -d -p "$SECKILL_TMP" bench-cluster.XXXXXX)
+chown postgres: "$cluster_dir"
+cluster_end() {
+	local rc=$?
+	psql_q -c "ALTER SYSTEM RESET seckill.redis_cluster" -c "ALTER SYSTEM RESET seckill.redis_port" \
+		-c "SELECT pg_reload_conf()" >/dev/null 2>&1
+	seckill_cluster_stop "$cluster_dir"
+	rm -rf "$cluster_dir"
+	return $rc
+}
+if [ "$servers_of_our_own" = 1 ]; then
+	trap 'cluster_end; seckill_on_exit' EXIT
+else
+	trap cluster_end EXIT
+fi
+for g in "$big" "$gone" "$rate" "$tok" "$sharded"; do
+	psql_q -c "SELECT seckill_close('$g')" >/dev/null
+done
+for port in "${cluster_ports[@]}"; do
+	for p in "$port" $((port + 10)); do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			seckill_die "port $p is in use (set SECKILL_BENCH_CLUSTER_PORT)"
+			exit 1
+		fi
+	done
+done
+seckill_cluster_create "$cluster_dir" 0 "${cluster_ports[@]}" || exit 1
+seckill_configure "SET seckill.redis_cluster = on" "SET seckill.redis_port = $cluster_base" || exit 1
+psql_q -c "SELECT seckill_preheat('$clustered')" >/dev/null
+for c in $clients; do
+	cell 4c on "$c" cluster.sql
+done
+psql_q -c "SELECT seckill_close('$clustered')" >/dev/null
+cluster_end
+if [ "$servers_of_our_own" = 1 ]; then
+	trap seckill_on_exit EXIT
+else
+	trap - EXIT
+fi
+
+# --- the invariants: nothing oversold, nobody twice -------------------------------
+check=$(psql_q <<SQL
+SELECT count(*) FILTER (WHERE NOT ok) FROM (
+	SELECT c.sold = (SELECT coalesce(sum(qty), 0) FROM seckill.orders o
+					 WHERE o.campaign_id = c.id AND o.status <> 'cancelled')
+		AND c.sold <= c.total_stock
+		AND (SELECT count(*) FROM seckill.orders o WHERE o.campaign_id = c.id AND o.status <> 'cancelled')
+		  = (SELECT count(DISTINCT user_id) FROM seckill.orders o WHERE o.campaign_id = c.id AND o.status <> 'cancelled') AS ok
+	FROM seckill.campaigns c WHERE c.goods IN ('$big', '$gone', '$rate', '$tok', '$sharded', '$clustered')
+	UNION ALL
+	SELECT s.remaining + (SELECT count(*) FROM bench.orders o WHERE o.item = s.id) = 2000000000
+	FROM bench.stock s) v;
+SQL
+)
+if [ "$check" != 0 ]; then
+	echo "seckill: INVARIANT BROKEN: an oversell or a double purchase in the benchmark" >&2
+	psql -X -c "SELECT * FROM seckill_status('$big')" -c "SELECT * FROM bench.stock" >&2
+	exit 1
+fi
+echo "Invariants: no oversell, no double purchase (seckill and both PostgreSQL contenders)." >&2
 
 # --- the report --------------------------------------------------------------------
 # table rows labels ratio-rows sync-off: a Markdown line per row (labels
@@ -278,6 +332,12 @@ purchases=$((p1 - p0))
 	echo "| row | feature | clients | calls/s | p50 ms | p99 ms | × row 4 |"
 	echo "|---|---|---:|---:|---:|---:|---:|"
 	table "4r 4t 4s" "rate limits per user and address;one-time token, issued and spent;8 stock shards" "4" 0
+	echo
+	echo "Redis Cluster: the 8 shards of row 4s spread over three masters (all on this machine's cores):"
+	echo
+	echo "| row | Redis | clients | calls/s | p50 ms | p99 ms | × row 4s |"
+	echo "|---|---|---:|---:|---:|---:|---:|"
+	table "4s 4c" "one node;Redis Cluster, 3 masters" "4s" 0
 	echo
 	echo "Distributed locks, uncontended (each client its own name), a cycle of lock and unlock per call:"
 	echo

@@ -129,6 +129,52 @@ seckill_redis_restart_empty() {
 	seckill_redis_stop && seckill_redis_start
 }
 
+# seckill_cluster_node_start dir port: a Redis Cluster node of our own,
+# without persistence, its bus port ten above (below the ephemeral range
+# when port is); restarted on the same dir, it rejoins the cluster with the
+# node configuration it wrote there
+seckill_cluster_node_start() {
+	mkdir -p "$1" && chown postgres: "$1"
+	seckill_as_postgres redis-server --bind 127.0.0.1 --port "$2" --cluster-enabled yes \
+		--cluster-port $(($2 + 10)) --cluster-config-file "$1/nodes.conf" --cluster-node-timeout 2000 \
+		--save '' --appendonly no --daemonize yes --dir "$1" --pidfile "$1/pid" --logfile "$1/log" &&
+		seckill_wait_for "[ \"\$(redis-cli -h 127.0.0.1 -p $2 PING 2>/dev/null)\" = PONG ]" 10
+}
+
+# seckill_cluster_ok port...: each of those nodes finds the cluster ok
+seckill_cluster_ok() {
+	local port
+	for port in "$@"; do
+		redis-cli -h 127.0.0.1 -p "$port" CLUSTER INFO 2>/dev/null | grep -q '^cluster_state:ok' || return 1
+	done
+}
+
+# seckill_cluster_create dir replicas port...: a Redis Cluster of nodes on
+# those ports (each in dir/redis-<port>), with that many replicas a master,
+# the slots split evenly among the masters
+seckill_cluster_create() {
+	local dir=$1 replicas=$2 port
+	shift 2
+	for port in "$@"; do
+		seckill_cluster_node_start "$dir/redis-$port" "$port" || return 1
+	done
+	redis-cli -h 127.0.0.1 -p "$1" --cluster create "${@/#/127.0.0.1:}" --cluster-replicas "$replicas" \
+		--cluster-yes >"$dir/create.out" 2>&1 ||
+		{ cat "$dir/create.out" >&2; seckill_die "redis-cli --cluster create failed"; return 1; }
+	seckill_wait_for "seckill_cluster_ok $*" 20
+}
+
+# seckill_cluster_stop dir: the nodes of seckill_cluster_create dir, killed
+seckill_cluster_stop() {
+	local f pid
+	for f in "$1"/redis-*/pid; do
+		pid=$(cat "$f" 2>/dev/null) && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = redis-server ] &&
+			kill -KILL "$pid"
+		rm -f "$f"
+	done
+	return 0
+}
+
 seckill_pg_ctl() {
 	seckill_as_postgres pg_ctl -D "$SECKILL_PGDATA" -l "$SECKILL_TMP/postgresql.log" "$@"
 }

@@ -34,11 +34,7 @@ cleanup() {
 	[ -n "$CROWD" ] && kill "$CROWD" 2>/dev/null && wait "$CROWD"
 	psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_cluster" -c "ALTER SYSTEM RESET seckill.redis_port" \
 		-c "SELECT pg_reload_conf()" >/dev/null 2>&1
-	local port pid
-	for port in "${nodes[@]}"; do
-		pid=$(cat "$work/redis-$port/pid" 2>/dev/null) &&
-			[ "$(cat "/proc/$pid/comm" 2>/dev/null)" = redis-server ] && kill -KILL "$pid"
-	done
+	seckill_cluster_stop "$work"
 	[ -n "$SALE_WORK" ] && rm -rf "$SALE_WORK"
 	[ "${SECKILL_KEEP:-0}" = 1 ] || rm -rf "$work"
 }
@@ -65,46 +61,30 @@ error_count() { # error_count since [until]
 	psql_val "SELECT count(*) FROM stampede_answers WHERE status = 'error' AND at >= '$1'
 		AND at < coalesce(nullif('${2:-}', ''), 'infinity')::timestamptz"
 }
+# unreachable_only name since: every call failed since then failed as Redis
+# unreachable (08006), none with another error
+unreachable_only() {
+	is "$(psql_val "SELECT count(*) FROM stampede_answers WHERE status = 'error' AND at >= '$2'
+		AND err NOT LIKE '08006 %'")" 0 "$1: every failed call was told Redis could not be reached (08006)"
+}
 
 ports_free SECKILL_CLUSTER_PORT "${nodes[@]}" $((base + 10)) $((base + 11)) $((base + 12)) $((base + 13)) $((base + 14)) \
 	$((base + 15))
 
-# node_start port: a node of the cluster, empty (without persistence), or
-# rejoining it with the node configuration it wrote
-node_start() {
-	local dir=$work/redis-$1
-	mkdir -p "$dir" && chown postgres: "$dir"
-	seckill_as_postgres redis-server --bind 127.0.0.1 --port "$1" --cluster-enabled yes \
-		--cluster-port $(($1 + 10)) --cluster-config-file "$dir/nodes.conf" --cluster-node-timeout 2000 \
-		--save '' --appendonly no --daemonize yes --dir "$dir" --pidfile "$dir/pid" --logfile "$dir/log" &&
-		seckill_wait_for "[ \"\$(rcli $1 PING 2>/dev/null)\" = PONG ]" 10
-}
 # role port: master or slave
 role() { rcli "$1" ROLE 2>/dev/null | head -1; }
 # replica_of port: the port of that master's replica
 replica_of() {
 	rcli "$1" CLUSTER REPLICAS "$(rcli "$1" CLUSTER MYID)" | head -1 | sed 's/^[^ ]* [^:]*:\([0-9]*\)@.*/\1/'
 }
-cluster_ok() {
-	local port
-	for port in "$@"; do
-		rcli "$port" CLUSTER INFO | grep -q '^cluster_state:ok' || return 1
-	done
-}
 
 # The cluster: three masters, the slots split evenly, a replica each
-for port in "${nodes[@]}"; do
-	node_start "$port"
-done
-rcli "${nodes[0]}" --cluster create "${nodes[@]/#/127.0.0.1:}" --cluster-replicas 1 --cluster-yes \
-	>"$work/create.out" 2>&1
-seckill_wait_for "cluster_ok ${nodes[*]}" 20
+seckill_cluster_create "$work" 1 "${nodes[@]}"
 for port in "${nodes[@]}"; do
 	[ "$(role "$port")" = master ] && masters+=("$port")
 done
 ok "[ ${#masters[@]} -eq 3 ] && [ \$(rcli ${nodes[0]} CLUSTER INFO | tr -d '\r' | sed -n 's/^cluster_known_nodes://p') = 6 ]" \
-	"a Redis Cluster of three masters on ports ${masters[*]}, and their replicas" ||
-	{ diag "$(cat "$work/create.out")"; finish; }
+	"a Redis Cluster of three masters on ports ${masters[*]}, and their replicas" || finish
 
 mark=$(wc -c <"$log")
 seckill_configure "SET seckill.redis_cluster = on" "SET seckill.redis_port = ${masters[1]}"
@@ -247,6 +227,7 @@ ok "[ $? -eq 0 ]" "drop: sales go on"
 crowd_end move
 diag "drop: $(answers "$t5"), errors: $(errors "$t5")"
 ok "[ $(error_count "$t5") -le 64 ]" "drop: at most the calls in flight failed ($(error_count "$t5"))"
+unreachable_only drop "$t5"
 is "$(logged "$mark" 'MOVED|ASK|TRYAGAIN|CLUSTERDOWN')" 0 "drop: the server log shows no redirection error"
 sale_finish
 
@@ -287,16 +268,17 @@ is "$(owner "$prefix:{c:$SALE_CID}:meta")" "$seed" "kill: campaign $SALE_CID is 
 under_way kill
 kill -KILL "$(cat "$work/redis-$seed/pid")"
 started=$(now_ms)
-seckill_wait_for "[ \"\$(role $replica)\" = master ] && cluster_ok ${masters[0]}" 20
+seckill_wait_for "[ \"\$(role $replica)\" = master ] && seckill_cluster_ok ${masters[0]}" 20
 ok "[ $? -eq 0 ]" "kill: the seed's master killed, its replica promoted ($(($(now_ms) - started)) ms)" || finish
 resumed kill "$replica"
 after kill "$since" "$mark" "$replica" "$comp"
+unreachable_only kill "$since"
 ok "[ $(logged "$mark" "connected to the Redis Cluster of 127.0.0.1:$seed through 127.0.0.1:") -gt 0 ]" \
 	"kill: the worker reached the cluster through another master than its seed"
 
 # 6. The killed node back, empty: it rejoins as the replica of its successor;
 #    then CLUSTER FAILOVER makes it the master again, mid-sale
-node_start "$seed"
+seckill_cluster_node_start "$work/redis-$seed" "$seed"
 seckill_wait_for "replicates $seed $replica" 30
 ok "[ $? -eq 0 ]" "failover: the killed node restarted as a replica of port $replica" || finish
 under_way failover
@@ -306,5 +288,6 @@ seckill_wait_for "[ \"\$(role $seed)\" = master ]" 20
 ok "[ $? -eq 0 ]" "failover: port $seed is the master again ($(($(now_ms) - started)) ms)" || finish
 resumed failover "$seed"
 after failover "$since" "$mark" "$seed" "$comp"
+unreachable_only failover "$since"
 sale_finish
 finish

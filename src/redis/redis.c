@@ -576,7 +576,7 @@ read_replies(NodeShare *share, SkReply *out, TimestampTz deadline)
  * to the master (the sentinels', when set).
  */
 static bool
-serving_master(const SkReply *r)
+serving_master(const SkReply *r, const SkNode *node)
 {
 	static const char *const codes[][2] = {
 		{"READONLY", "it is a replica now (after a failover?)"},
@@ -590,7 +590,7 @@ serving_master(const SkReply *r)
 		if (strncmp(r->str, codes[c][0], strlen(codes[c][0])) == 0)
 		{
 			set_error("Redis at %s:%d answered %s: %s; seckill reconnects%s",
-					  conn_host, conn_port, codes[c][0], codes[c][1],
+					  node->host, node->port, codes[c][0], codes[c][1],
 					  sk_sentinel_enabled() ? " to the master the sentinels name" : "");
 			sk_redis_disconnect(NULL);
 			return false;
@@ -609,15 +609,15 @@ append_command(StringInfo buf, const SkPipeline *p, int cmd)
 /*
  * Send commands cmds[0..n-1] of p (all of them, in order, when cmds is
  * NULL), command k to node to[k] after an ASKING when asking[k], to every
- * node at once, and read the replies into out[] by command under one
+ * node at once, and read the replies into out[] by command by the
  * deadline.  A command whose slot no node serves is not sent: its reply is
  * a CLUSTERDOWN error.
  */
 static bool
-send_to(SkPipeline *p, int n, const int *cmds, const int *to, const bool *asking, SkReply *out)
+send_to(SkPipeline *p, int n, const int *cmds, const int *to, const bool *asking, SkReply *out,
+		TimestampTz deadline)
 {
 	TimestampTz start = GetCurrentTimestamp();
-	TimestampTz deadline = TimestampTzPlusMilliseconds(start, seckill_redis_timeout);
 	NodeShare  *share = palloc0(sizeof(NodeShare) * nnodes);
 	bool		whole = cmds == NULL && asking == NULL;
 
@@ -674,7 +674,7 @@ send_to(SkPipeline *p, int n, const int *cmds, const int *to, const bool *asking
 		return false;
 	in_flight = false;
 	for (int k = 0; k < n; k++)
-		if (!serving_master(&out[cmds ? cmds[k] : k]))
+		if (to[k] >= 0 && !serving_master(&out[cmds ? cmds[k] : k], &nodes[to[k]]))
 			return false;
 	seckill_hist_record(&seckill_figures->redis_latency, GetCurrentTimestamp() - start);
 	return true;
@@ -688,7 +688,8 @@ send_and_read(SkNode *node, SkPipeline *p, SkReply *out)
 
 	for (int i = 0; i < p->count; i++)
 		to[i] = node - nodes;
-	return send_to(p, p->count, NULL, to, NULL, out);
+	return send_to(p, p->count, NULL, to, NULL, out,
+				   TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout));
 }
 
 void
@@ -704,7 +705,6 @@ sk_pipeline_init(SkPipeline *p)
 /* The command's slot is its first key's: argv[1] when it has one. */
 static void
 add_command(SkPipeline *p, int argc, const char **argv, const size_t *lens, int key)
-
 {
 	appendStringInfo(&p->buf, "*%d\r\n", argc);
 	for (int i = 0; i < argc; i++)
@@ -867,10 +867,11 @@ redirect(const SkReply *r, int sent_to, bool was_asking,
 #define TRYAGAIN_PAUSE_MS 2
 
 /*
- * Send the pipeline and read all its replies.  NULL when Redis failed: the
- * connections are then closed and sk_redis_error() says why.  The commands
- * Redis answered without running them are sent again where the reply says
- * (redirect()); the others ran and are not repeated.
+ * Send the pipeline and read all its replies, all within one
+ * seckill.redis_timeout.  NULL when Redis failed: the connections are then
+ * closed and sk_redis_error() says why.  The commands Redis answered
+ * without running them are sent again where the reply says (redirect()),
+ * while time is left; the others ran and are not repeated.
  */
 SkReply *
 sk_pipeline_exec(SkPipeline *p)
@@ -881,6 +882,7 @@ sk_pipeline_exec(SkPipeline *p)
 	bool	   *asking;
 	bool	   *was_asking;
 	bool	   *reload;
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout);
 
 	if (!connected || p->count == 0)
 		return NULL;
@@ -888,7 +890,7 @@ sk_pipeline_exec(SkPipeline *p)
 	to = palloc(sizeof(int) * p->count);
 	for (int i = 0; i < p->count; i++)
 		to[i] = conn_cluster ? sk_cluster_node_of(p->slots[i]) : 0;
-	if (!send_to(p, p->count, NULL, to, NULL, replies))
+	if (!send_to(p, p->count, NULL, to, NULL, replies, deadline))
 		return NULL;
 
 	cmds = palloc(sizeof(int) * p->count);
@@ -915,7 +917,7 @@ sk_pipeline_exec(SkPipeline *p)
 			cmds[n] = i;
 			to[n++] = next;
 		}
-		if (n == 0 || attempt >= RESEND_RETRIES)
+		if (n == 0 || attempt >= RESEND_RETRIES || GetCurrentTimestamp() >= deadline)
 			break;
 		for (int i = 0; i < nnodes; i++)
 			if (reload[i])
@@ -931,7 +933,7 @@ sk_pipeline_exec(SkPipeline *p)
 			(void) WaitLatch(NULL, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, TRYAGAIN_PAUSE_MS, PG_WAIT_EXTENSION);
 			CHECK_FOR_INTERRUPTS();
 		}
-		if (!send_to(p, n, cmds, to, asking, replies))
+		if (!send_to(p, n, cmds, to, asking, replies, deadline))
 			return NULL;
 		/* where each command went this time, for its next redirection */
 		for (int i = 0; i < p->count; i++)

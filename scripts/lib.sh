@@ -131,12 +131,14 @@ seckill_redis_restart_empty() {
 
 # seckill_cluster_node_start dir port: a Redis Cluster node of our own,
 # without persistence, its bus port ten above (below the ephemeral range
-# when port is); restarted on the same dir, it rejoins the cluster with the
-# node configuration it wrote there
+# when port is), serving its slots while another master is down;
+# restarted on the same dir, it rejoins the cluster with the node
+# configuration it wrote there
 seckill_cluster_node_start() {
 	mkdir -p "$1" && chown postgres: "$1"
 	seckill_as_postgres redis-server --bind 127.0.0.1 --port "$2" --cluster-enabled yes \
 		--cluster-port $(($2 + 10)) --cluster-config-file "$1/nodes.conf" --cluster-node-timeout 2000 \
+		--cluster-require-full-coverage no \
 		--save '' --appendonly no --daemonize yes --dir "$1" --pidfile "$1/pid" --logfile "$1/log" &&
 		seckill_wait_for "[ \"\$(redis-cli -h 127.0.0.1 -p $2 PING 2>/dev/null)\" = PONG ]" 10
 }

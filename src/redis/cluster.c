@@ -69,6 +69,7 @@ sk_cluster_map_set(int slot, int node)
  * Fill the map from a CLUSTER SLOTS reply: an array of ranges, each [first,
  * last, master, replicas...], a node being [host, port, id, ...].  A master
  * that names no host (an empty or "?" endpoint) is reached at the seed's.
+ * The ranges of a master that cannot be reached stay unserved.
  */
 bool
 sk_cluster_map_load(const SkReply *slots, const char *seed_host,
@@ -98,17 +99,18 @@ sk_cluster_map_load(const SkReply *slots, const char *seed_host,
 		if (host == NULL || host[0] == '\0' || strcmp(host, "?") == 0)
 			host = seed_host;
 		node = node_index(host, (int) master->element[1].integer);
-		if (node < 0)
+		if (node == SK_NODE_GONE)
 		{
 			snprintf(why, whylen, "could not reach the master %s:%lld of slots %lld-%lld",
 					 host, master->element[1].integer,
 					 range->element[0].integer, range->element[1].integer);
 			return false;
 		}
-		for (long long s = range->element[0].integer;
+		if (node == SK_NODE_DOWN)
+			continue;
+		for (long long s = Max(range->element[0].integer, 0);
 			 s <= range->element[1].integer && s < SK_CLUSTER_SLOTS; s++)
-			if (s >= 0)
-				slot_node[s] = node;
+			slot_node[s] = node;
 	}
 	return true;
 }

@@ -25,7 +25,13 @@ typedef enum SkRedirect
 	SK_REDIRECT_TRYAGAIN		/* the slot is mid-move: try again shortly */
 } SkRedirect;
 
-/* Finds (or connects) the node at host:port; its index, or -1. */
+/*
+ * Finds (or connects) the master at host:port: its index; SK_NODE_DOWN when
+ * it cannot be reached (its slots are left unserved), SK_NODE_GONE when
+ * every connection was lost meanwhile (the map is not usable).
+ */
+#define SK_NODE_DOWN (-1)
+#define SK_NODE_GONE (-2)
 typedef int (*SkNodeIndex) (const char *host, int port);
 
 extern int	sk_cluster_key_slot(const char *key, size_t len);

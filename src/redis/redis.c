@@ -61,17 +61,31 @@ static SkNode nodes[SK_MAX_NODES];
 static int	nnodes = 0;
 
 /*
- * The masters of a Redis Cluster as last connected: tried in turn when the
- * seed (seckill.redis_host) cannot be reached, so that the loss of that one
- * node does not cut the worker off the cluster.
+ * The masters of a Redis Cluster as last connected, those reached and those
+ * not: tried in turn when the seed (seckill.redis_host) cannot be reached,
+ * so that the loss of that one node does not cut the worker off the
+ * cluster; and counted in the cluster's identity with the run_id they had
+ * when last reached.
  */
-typedef struct SkSeed
+typedef struct SkKnown
 {
 	char		host[256];
 	int			port;
-} SkSeed;
-static SkSeed seeds[SK_MAX_NODES];
-static int	nseeds = 0;
+	char		run_id[64];		/* "" when never reached */
+	char		error[160];		/* why it was not reached; "" when it was */
+} SkKnown;
+static SkKnown known[SK_MAX_NODES];
+static int	nknown = 0;
+
+/*
+ * The masters CLUSTER SLOTS named that could not be reached at this
+ * connection: their slots are left unserved, the others sell on.  Watched
+ * once a second (sk_redis_watch) for their return or their replacement.
+ */
+static SkKnown down[SK_MAX_NODES];
+static int	ndown = 0;
+static TimestampTz down_due = 0;
+#define DOWN_POLL_MS 1000
 static bool connected = false;
 static bool conn_cluster = false;
 
@@ -331,6 +345,7 @@ drop_nodes(void)
 	for (int i = 0; i < nnodes; i++)
 		redisFree(nodes[i].ctx);
 	nnodes = 0;
+	ndown = 0;
 	connected = false;
 	in_flight = false;
 	sk_cluster_map_reset();
@@ -629,8 +644,9 @@ send_to(SkPipeline *p, int n, const int *cmds, const int *to, const bool *asking
 		if (s == NULL)
 		{
 			out[cmd].type = REDIS_REPLY_ERROR;
-			out[cmd].str = psprintf("CLUSTERDOWN no master of the Redis Cluster serves slot %d",
-									p->slots[cmd]);
+			out[cmd].str = psprintf("CLUSTERDOWN no master of the Redis Cluster that seckill reaches serves slot %d%s",
+									p->slots[cmd], ndown > 0 ? psprintf(" (%s:%d: %s)", down[0].host, down[0].port,
+																		down[0].error) : "");
 			out[cmd].len = strlen(out[cmd].str);
 			whole = false;
 			continue;
@@ -792,6 +808,16 @@ is_noscript(const SkReply *r)
 
 static int	node_index(const char *host, int port);
 
+/* Is host:port a master that could not be reached at this connection? */
+static bool
+is_down(const char *host, int port)
+{
+	for (int i = 0; i < ndown; i++)
+		if (down[i].port == port && strcmp(down[i].host, host) == 0)
+			return true;
+	return false;
+}
+
 /* Is host:port one of the masters connected? */
 static bool
 known_master(const char *host, int port)
@@ -840,6 +866,13 @@ redirect(const SkReply *r, int sent_to, bool was_asking,
 	}
 	if (host[0] == '\0')
 		strlcpy(host, nodes[sent_to].host, sizeof(host));
+	if (r->str[0] == 'A' && is_down(host, port))
+	{
+		/* its journals are replayed before anything else goes there */
+		sk_redis_disconnect(psprintf("slot %d is moving to %s:%d, a master seckill could not reach: "
+									 "it reconnects to the cluster", slot, host, port));
+		return -1;
+	}
 	if (r->str[0] == 'M' && !known_master(host, port))
 	{
 		/* the campaigns are rebuilt for the new set of masters (worker/epoch.c) */
@@ -975,6 +1008,23 @@ sk_reply_is_moving(const SkReply *r)
 	return sk_cluster_redirect(r, &slot, host, sizeof(host), &port) != SK_REDIRECT_NONE;
 }
 
+/*
+ * A Redis Cluster refused the command for want of a master: the one of its
+ * slot could not be reached, or the cluster is down.  Nothing ran.
+ */
+bool
+sk_reply_is_unreachable(const SkReply *r)
+{
+	return r->type == REDIS_REPLY_ERROR && r->str != NULL && strncmp(r->str, "CLUSTERDOWN", 11) == 0;
+}
+
+/* Is the master of the key's slot connected?  (Off a cluster, there is one.) */
+bool
+sk_redis_serves(const char *key)
+{
+	return !conn_cluster || sk_cluster_node_of(sk_cluster_key_slot(key, strlen(key))) >= 0;
+}
+
 long long
 sk_reply_int(const SkReply *r)
 {
@@ -1100,7 +1150,7 @@ remember_settings(const char *host, int port)
 	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
 
 	if (conn_host == NULL || strcmp(conn_host, host) != 0 || conn_port != port)
-		nseeds = 0;
+		nknown = 0;
 	if (conn_host)
 	{
 		pfree(conn_host);
@@ -1193,6 +1243,83 @@ check_role(SkNode *node)
 }
 
 /*
+ * In a CLUSTER NODES reply, a master that is up (link connected, not
+ * failing) with slots the worker has no master for (its own back, or one
+ * that took them over): true, with its address in addr.
+ */
+static bool
+up_for_unserved(const char *text, char *addr, size_t addrlen)
+{
+	char	   *copy = pstrdup(text);
+	char	   *save = NULL;
+
+	for (char *line = strtok_r(copy, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save))
+	{
+		char	   *f[SK_CLUSTER_SLOTS / 2 + 9];
+		char	   *fs = NULL;
+		char	   *fsave = NULL;
+		int			n = 0;
+		bool		up = true;
+
+		for (char *t = strtok_r(line, " \r", &fs); t != NULL && n < lengthof(f); t = strtok_r(NULL, " \r", &fs))
+			f[n++] = t;
+		/* id addr flags master ping pong epoch link slot...: a master with slots */
+		if (n < 9 || strcmp(f[7], "connected") != 0)
+			continue;
+		for (char *flag = strtok_r(f[2], ",", &fsave); flag != NULL; flag = strtok_r(NULL, ",", &fsave))
+			if (strcmp(flag, "fail") == 0 || strcmp(flag, "fail?") == 0 || strcmp(flag, "slave") == 0 ||
+				strcmp(flag, "handshake") == 0 || strcmp(flag, "noaddr") == 0)
+				up = false;
+		if (!up)
+			continue;
+		for (int i = 8; i < n; i++)
+		{
+			char	   *dash = strchr(f[i], '-');
+			long		first = strtol(f[i], NULL, 10);
+			long		last = dash ? strtol(dash + 1, NULL, 10) : first;
+
+			if (f[i][0] == '[')
+				continue;		/* a slot being moved */
+			for (long slot = Max(first, 0); slot <= last && slot < SK_CLUSTER_SLOTS; slot++)
+				if (sk_cluster_node_of((int) slot) < 0)
+				{
+					strlcpy(addr, f[1], addrlen);
+					return true;
+				}
+		}
+	}
+	return false;
+}
+
+/*
+ * Once a second while a master of the cluster is not reached: has it come
+ * back, or has another taken its slots?  Then reconnect, so that its
+ * campaigns' journals are replayed (and, for a new master, the campaigns
+ * rebuilt) before they sell.  Needs CLUSTER NODES; refused, nothing is done.
+ */
+static void
+watch_down_masters(void)
+{
+	SkPipeline	p;
+	SkReply		r;
+	char		addr[300];
+	int			m;
+
+	if (!connected || !conn_cluster || ndown == 0 || GetCurrentTimestamp() < down_due)
+		return;
+	down_due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), DOWN_POLL_MS);
+	for (m = 0; m < nnodes && !nodes[m].master; m++)
+		;
+	sk_pipeline_init(&p);
+	add_command(&p, 2, (const char *[]) {"CLUSTER", "NODES"}, NULL, 2);
+	if (m == nnodes || !send_and_read(&nodes[m], &p, &r) || r.type != REDIS_REPLY_STRING)
+		return;
+	if (up_for_unserved(r.str, addr, sizeof(addr)))
+		sk_redis_disconnect(psprintf("%s serves slots of the Redis Cluster whose master seckill could not "
+									 "reach: it reconnects", addr));
+}
+
+/*
  * Twice a second, while connected through the sentinels: do they still name
  * the master this connection goes to?  A failover leaves the old master
  * accepting writes for a while, which its successor would never see.
@@ -1207,6 +1334,7 @@ sk_redis_watch(void)
 
 	bool		named;
 
+	watch_down_masters();
 	if (!connected || !sk_sentinel_enabled() || GetCurrentTimestamp() < sentinels_due)
 		return;
 	/* the password only to open a sentinel connection: it is kept */
@@ -1243,10 +1371,11 @@ connect_failed(void)
 /*
  * Open a connection to host:port and authenticate on it, within
  * seckill.redis_timeout: its index, or -1 with the error set and every
- * connection closed.
+ * connection closed; when alone, only this one (a master that cannot be
+ * reached while the others sell on).  An error of AUTH closes them all.
  */
 static int
-connect_node(const char *host, int port)
+connect_node(const char *host, int port, bool alone)
 {
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout);
 	redisContext *ctx;
@@ -1258,7 +1387,8 @@ connect_node(const char *host, int port)
 	{
 		set_error("the Redis Cluster has more than %d masters, more than seckill connects to",
 				  SK_MAX_NODES);
-		connect_failed();
+		if (!alone)
+			connect_failed();
 		return -1;
 	}
 	ctx = redisConnectNonBlock(host, port);
@@ -1268,7 +1398,8 @@ connect_node(const char *host, int port)
 				  ctx ? ctx->errstr : "out of memory");
 		if (ctx)
 			redisFree(ctx);
-		connect_failed();
+		if (!alone)
+			connect_failed();
 		return -1;
 	}
 	node = &nodes[nnodes++];
@@ -1287,7 +1418,13 @@ connect_node(const char *host, int port)
 		{
 			set_error("could not connect to Redis at %s:%d: %s", host, port,
 					  soerr ? strerror(soerr) : "timed out");
-			connect_failed();
+			if (!alone)
+				connect_failed();
+			else
+			{
+				redisFree(nodes[--nnodes].ctx);
+				rebuild_wait_set();
+			}
 		}
 		in_flight = false;
 		return -1;
@@ -1321,9 +1458,47 @@ node_index(const char *host, int port)
 	for (i = 0; i < nnodes; i++)
 		if (nodes[i].port == port && strcmp(nodes[i].host, host) == 0)
 			break;
-	if (i == nnodes && (i = connect_node(host, port)) < 0)
+	if (i == nnodes && (i = connect_node(host, port, false)) < 0)
 		return -1;
 	return make_master(&nodes[i]) ? i : -1;
+}
+
+/*
+ * node_index() for the masters CLUSTER SLOTS names: one that cannot be
+ * reached is noted down (SK_NODE_DOWN) and the others are connected all the
+ * same; SK_NODE_GONE when every connection was lost meanwhile.
+ */
+static int
+reach_master(const char *host, int port)
+{
+	int			i;
+
+	for (i = 0; i < ndown; i++)
+		if (down[i].port == port && strcmp(down[i].host, host) == 0)
+			return SK_NODE_DOWN;
+	for (i = 0; i < nnodes; i++)
+		if (nodes[i].port == port && strcmp(nodes[i].host, host) == 0)
+			break;
+	if (i == nnodes && (i = connect_node(host, port, true)) < 0)
+	{
+		if (nnodes == 0)
+			return SK_NODE_GONE;
+		strlcpy(down[ndown].host, host, sizeof(down[ndown].host));
+		down[ndown].port = port;
+		strlcpy(down[ndown].error, last_error, sizeof(down[ndown].error));
+		ndown++;
+		return SK_NODE_DOWN;
+	}
+	return make_master(&nodes[i]) ? i : SK_NODE_GONE;
+}
+
+static const SkKnown *
+known_at(const char *host, int port)
+{
+	for (int i = 0; i < nknown; i++)
+		if (known[i].port == port && strcmp(known[i].host, host) == 0)
+			return &known[i];
+	return NULL;
 }
 
 static int
@@ -1332,17 +1507,27 @@ compare_strings(const void *a, const void *b)
 	return strcmp(*(const char *const *) a, *(const char *const *) b);
 }
 
-/* The cluster's identity: a digest of its masters' run_ids. */
+/*
+ * The cluster's identity: a digest of its masters' run_ids, a master not
+ * reached counted with the run_id it had when last reached (or its address),
+ * so that its absence alone does not make the cluster a new one.
+ */
 static void
 cluster_run_id(void)
 {
-	const char *ids[SK_MAX_NODES];
+	const char *ids[2 * SK_MAX_NODES];
 	int			n = 0;
 	StringInfoData all;
 
 	for (int i = 0; i < nnodes; i++)
 		if (nodes[i].master && nodes[i].run_id[0] != '\0')
 			ids[n++] = nodes[i].run_id;
+	for (int i = 0; i < ndown; i++)
+	{
+		const SkKnown *k = known_at(down[i].host, down[i].port);
+
+		ids[n++] = k && k->run_id[0] ? pstrdup(k->run_id) : psprintf("%s:%d", down[i].host, down[i].port);
+	}
 	run_id[0] = '\0';
 	if (n == 0)
 		return;
@@ -1354,11 +1539,37 @@ cluster_run_id(void)
 			 (unsigned long long) hash_bytes_extended((const unsigned char *) all.data, all.len, 0));
 }
 
+/* Keep the masters of this connection, reached or not, for the next. */
+static void
+remember_masters(void)
+{
+	SkKnown		now[SK_MAX_NODES];
+	int			n = 0;
+
+	for (int i = 0; i < nnodes; i++)
+		if (nodes[i].master)
+		{
+			strlcpy(now[n].host, nodes[i].host, sizeof(now[n].host));
+			now[n].port = nodes[i].port;
+			strlcpy(now[n].run_id, nodes[i].run_id, sizeof(now[n].run_id));
+			now[n++].error[0] = '\0';
+		}
+	for (int i = 0; i < ndown && n < SK_MAX_NODES; i++)
+	{
+		const SkKnown *k = known_at(down[i].host, down[i].port);
+
+		now[n] = down[i];
+		strlcpy(now[n++].run_id, k ? k->run_id : "", sizeof(now[0].run_id));
+	}
+	memcpy(known, now, sizeof(SkKnown) * n);
+	nknown = n;
+}
+
 /* One master (seckill.redis_host's, or the sentinels'). */
 static bool
 connect_master(void)
 {
-	if (connect_node(conn_host, conn_port) < 0 || !make_master(&nodes[0]))
+	if (connect_node(conn_host, conn_port, false) < 0 || !make_master(&nodes[0]))
 		return false;
 	strlcpy(run_id, nodes[0].run_id, sizeof(run_id));
 	return true;
@@ -1377,16 +1588,17 @@ connect_cluster(void)
 	char		seed_error[sizeof(last_error)];
 	int			i;
 
-	if (connect_node(conn_host, conn_port) < 0)
+	ndown = 0;
+	if (connect_node(conn_host, conn_port, false) < 0)
 	{
 		strlcpy(seed_error, last_error, sizeof(seed_error));
-		for (i = 0; i < nseeds; i++)
-			if ((seeds[i].port != conn_port || strcmp(seeds[i].host, conn_host) != 0) &&
-				connect_node(seeds[i].host, seeds[i].port) == 0)
+		for (i = 0; i < nknown; i++)
+			if ((known[i].port != conn_port || strcmp(known[i].host, conn_host) != 0) &&
+				connect_node(known[i].host, known[i].port, false) == 0)
 				break;
-		if (i == nseeds)
+		if (i == nknown)
 		{
-			set_error("%s%s", seed_error, nseeds > 0 ? ", nor any other master it knew" : "");
+			set_error("%s%s", seed_error, nknown > 0 ? ", nor any other master it knew" : "");
 			return false;
 		}
 	}
@@ -1401,7 +1613,7 @@ connect_cluster(void)
 				  conn_host, conn_port, slots.str);
 		return false;
 	}
-	if (!sk_cluster_map_load(&slots, nodes[0].host, node_index, why, sizeof(why)))
+	if (!sk_cluster_map_load(&slots, nodes[0].host, reach_master, why, sizeof(why)))
 	{
 		if (nnodes > 0)
 			set_error("%s", why);
@@ -1413,14 +1625,22 @@ connect_cluster(void)
 				  nodes[0].host, nodes[0].port);
 		return false;
 	}
+	for (i = 0; i < nnodes && !nodes[i].master; i++)
+		;
+	if (i == nnodes)
+	{
+		set_error("no master of the Redis Cluster could be reached: %s", ndown > 0 ? down[0].error : last_error);
+		return false;
+	}
+	/* the epoch, the master's identity and the order ids: without them nothing sells */
+	if (!sk_redis_serves(sk_prefix_key("epoch")))
+	{
+		set_error("the master of seckill's own keys (%s) cannot be reached: %s",
+				  sk_prefix_key("epoch"), ndown > 0 ? down[0].error : last_error);
+		return false;
+	}
 	cluster_run_id();
-	nseeds = 0;
-	for (i = 0; i < nnodes; i++)
-		if (nodes[i].master)
-		{
-			strlcpy(seeds[nseeds].host, nodes[i].host, sizeof(seeds[nseeds].host));
-			seeds[nseeds++].port = nodes[i].port;
-		}
+	remember_masters();
 	return true;
 }
 
@@ -1487,11 +1707,18 @@ connect_now(void)
 	subscription_open();
 	rebuild_wait_set();
 	if (conn_cluster)
+	{
 		ereport(LOG, (errmsg("seckill worker connected to the Redis Cluster of %s:%d%s: %d masters",
 							 conn_host, conn_port,
 							 nodes[0].port == conn_port && strcmp(nodes[0].host, conn_host) == 0 ? "" :
 							 psprintf(" through %s:%d, the seed being unreachable", nodes[0].host, nodes[0].port),
 							 nnodes - (nodes[0].master ? 0 : 1))));
+		for (int i = 0; i < ndown; i++)
+			ereport(LOG, (errmsg("seckill worker cannot reach the master %s:%d of the Redis Cluster: %s",
+								 down[i].host, down[i].port, down[i].error),
+						  errhint("The campaigns in its slots fail with 08006 until it is back or replaced; the others sell on.")));
+		down_due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), DOWN_POLL_MS);
+	}
 	else
 		ereport(LOG, (errmsg("seckill worker connected to Redis at %s:%d%s",
 							 conn_host, conn_port, sk_sentinel_enabled() ? ", the master the sentinels name" : "")));

@@ -78,6 +78,7 @@ extern const char *sk_redis_error(void);
 extern void sk_redis_wait_idle(long timeout_ms);
 extern void sk_redis_proven(void);
 extern void sk_redis_watch(void);
+extern bool sk_redis_serves(const char *key);
 extern const char *sk_redis_run_id(void);
 extern void sk_redis_subscribe(const char *channel, void (*callback) (const char *message));
 
@@ -91,6 +92,7 @@ extern const char *sk_script_source(SkScript script);
 
 extern bool sk_reply_is_error(const SkReply *r);
 extern bool sk_reply_is_moving(const SkReply *r);
+extern bool sk_reply_is_unreachable(const SkReply *r);
 extern long long sk_reply_int(const SkReply *r);
 
 /*

@@ -105,6 +105,13 @@ campaign_status(int64 id, SeckillReply *reply)
 		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
 		return;
 	}
+	for (int i = 0; i < 3 * nshards; i++)
+		if (sk_reply_is_error(&r[i]))
+		{
+			seckill_reply_error(reply, sk_reply_is_unreachable(&r[i]) ? SK_ERR_REDIS : SK_ERR_REDIS_REFUSED,
+								"%s", r[i].str);
+			return;
+		}
 	/* the sums over the shards; the stock is unknown (-1) when a shard lost it */
 	reply->status = SK_OK;
 	memset(reply->values, 0, sizeof(reply->values));

@@ -234,6 +234,8 @@ take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccept
 
 			if (status == NULL && sk_reply_is_moving(&r[i]))
 				pending[i].item->reply.status = SK_BUSY;
+			else if (status == NULL && sk_reply_is_unreachable(&r[i]))
+				seckill_reply_error(&pending[i].item->reply, SK_ERR_REDIS, "%s", r[i].str);
 			else if (status == NULL)
 				seckill_reply_error(&pending[i].item->reply, SK_ERR_REDIS_REFUSED,
 							   "the stock script failed: %s", r[i].str ? r[i].str : "unexpected reply");
@@ -333,6 +335,13 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 		{
 			/* its slot is moving between masters of the Redis Cluster: nothing ran */
 			reply->status = SK_BUSY;
+			sk_answer(items[i]);
+			continue;
+		}
+		if (sk_reply_is_unreachable(r))
+		{
+			/* its master is down: nothing ran */
+			seckill_reply_error(reply, SK_ERR_REDIS, "%s", r->str);
 			sk_answer(items[i]);
 			continue;
 		}

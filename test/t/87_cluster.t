@@ -11,9 +11,10 @@
 #     not all on one side yet is refused TRYAGAIN by Redis: it answers busy);
 #  4. sells on after its connection to that master is killed, the moved slot
 #     now known only by a fresh CLUSTER SLOTS: the journal replay follows it;
-#  5. sells on when the seed's master is killed (SIGKILL) and its replica
-#     promoted: the worker reaches the cluster through the other masters and
-#     rebuilds the campaigns for the new master;
+#  5. sells on when the seed's master is killed (SIGKILL): the worker
+#     reaches the cluster through the other masters, a campaign on another
+#     master sells while the killed one is down, and once its replica is
+#     promoted the campaigns are rebuilt for the new master;
 #  6. sells on when the killed node, back as a replica, takes over again by
 #     CLUSTER FAILOVER.
 # After each: no oversell, nobody twice, every ok an order.
@@ -30,8 +31,10 @@ nodes=("$base" $((base + 1)) $((base + 2)) $((base + 3)) $((base + 4)) $((base +
 masters=()
 own_servers cluster
 
+BYSTANDER=
 cleanup() {
 	[ -n "$CROWD" ] && kill "$CROWD" 2>/dev/null && wait "$CROWD"
+	[ -n "$BYSTANDER" ] && kill "$BYSTANDER" 2>/dev/null && wait "$BYSTANDER"
 	psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_cluster" -c "ALTER SYSTEM RESET seckill.redis_port" \
 		-c "SELECT pg_reload_conf()" >/dev/null 2>&1
 	seckill_cluster_stop "$work"
@@ -86,8 +89,37 @@ done
 ok "[ ${#masters[@]} -eq 3 ] && [ \$(rcli ${nodes[0]} CLUSTER INFO | tr -d '\r' | sed -n 's/^cluster_known_nodes://p') = 6 ]" \
 	"a Redis Cluster of three masters on ports ${masters[*]}, and their replicas" || finish
 
+# slot_owner slot: the port of the master serving it, as the master on port
+# $other says
+slot_owner() {
+	rcli "$other" CLUSTER NODES | awk -v s="$1" '$3 ~ /master/ && $3 !~ /fail/ {
+		for (i = 9; i <= NF; i++) {
+			n = split($i, r, "-")
+			if ($i !~ /^\[/ && s + 0 >= r[1] + 0 && s + 0 <= r[n] + 0) { split($2, a, "[:@]"); print a[2]; exit }
+		}
+	}'
+}
+# next_id_on port: make the next campaign id one whose slot that master
+# serves (the ids skipped are never used)
+next_id_on() {
+	local next
+	for _ in $(seq 1 50); do
+		next=$(psql_val "SELECT last_value + 1 FROM seckill.campaigns_id_seq")
+		[ "$(slot_owner "$(rcli "$1" CLUSTER KEYSLOT "$prefix:{c:$next}:meta")")" = "$1" ] && return
+		psql_val "SELECT nextval('seckill.campaigns_id_seq')" >/dev/null
+	done
+}
+# The seed is a master that does not hold seckill's own keys (the epoch and
+# the order ids), so that section 5 can kill it with the others selling on;
+# other is the one that holds them
+other=${masters[0]}
+other=$(slot_owner "$(rcli "$other" CLUSTER KEYSLOT "$prefix:{$prefix}:epoch")")
+for port in "${masters[@]}"; do
+	[ "$port" != "$other" ] && seed=$port && break
+done
+
 mark=$(wc -c <"$log")
-seckill_configure "SET seckill.redis_cluster = on" "SET seckill.redis_port = ${masters[1]}"
+seckill_configure "SET seckill.redis_cluster = on" "SET seckill.redis_port = $seed"
 ok "[ $? -eq 0 ]" "the worker is given a master as its seed" || finish
 psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
 psql -Xq -v ON_ERROR_STOP=1 -f "$SECKILL_ROOT/test/helpers.sql"
@@ -102,7 +134,7 @@ is "$(psql_val "SELECT seckill_campaign_set('$goods-1', '{\"shards\": $shards}')
 	"its stock split into $shards shards" || finish
 is "$(psql_val "SELECT seckill_preheat('$goods-1')")" 6000 "preheated on the cluster" || finish
 cid=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$goods-1'")
-ok "[ $(logged "$mark" "connected to the Redis Cluster of 127.0.0.1:${masters[1]}: 3 masters") -gt 0 ]" \
+ok "[ $(logged "$mark" "connected to the Redis Cluster of 127.0.0.1:$seed: 3 masters") -gt 0 ]" \
 	"the server log says the worker found the cluster's 3 masters"
 shard_homes=
 for s in $(seq 0 $((shards - 1))); do
@@ -232,19 +264,11 @@ is "$(logged "$mark" 'MOVED|ASK|TRYAGAIN|CLUSTERDOWN')" 0 "drop: the server log 
 sale_finish
 
 # 5. The seed's master killed (SIGKILL) mid-sale, with the campaign on it:
-#    its replica is promoted, the worker finds the cluster through the other
-#    masters it knew and rebuilds the campaigns for the new set of masters
-seed=${masters[1]}
+#    the worker finds the cluster through the other masters it knew, and
+#    while the killed one is down, a campaign on another master sells on;
+#    its replica is promoted, and the campaigns are rebuilt for the new set
+#    of masters
 replica=$(replica_of "$seed")
-# slot_owner slot: the port of the master serving it
-slot_owner() {
-	rcli "${masters[0]}" CLUSTER NODES | awk -v s="$1" '$3 ~ /master/ && $3 !~ /fail/ {
-		for (i = 9; i <= NF; i++) {
-			n = split($i, r, "-")
-			if ($i !~ /^\[/ && s + 0 >= r[1] + 0 && s + 0 <= r[n] + 0) { split($2, a, "[:@]"); print a[2]; exit }
-		}
-	}'
-}
 # under_way name: a crowd of 64 connections, 1,000 calls/s for 15 s, and the
 # sale under way; since, mark and comp taken before it
 under_way() {
@@ -256,21 +280,60 @@ under_way() {
 	seckill_wait_for "[ \$(oks_since '$since') -ge 1000 ]" 30
 	ok "[ $? -eq 0 ]" "$1: the sale is under way" || finish
 }
-# the next campaign id whose slot is the seed's (ids skipped are never used)
-for _ in $(seq 1 50); do
-	next=$(psql_val "SELECT last_value + 1 FROM seckill.campaigns_id_seq")
-	[ "$(slot_owner "$(rcli "$seed" CLUSTER KEYSLOT "$prefix:{c:$next}:meta")")" = "$seed" ] && break
-	psql_val "SELECT nextval('seckill.campaigns_id_seq')" >/dev/null
-done
+# the bystander: a campaign on another master, its answers in a table of their own
+next_id_on "$other"
+psql -Xq -v ON_ERROR_STOP=1 <<SQL
+SET client_min_messages = warning;
+DROP TABLE IF EXISTS bystander_answers;
+CREATE TABLE bystander_answers (status text, err text, at timestamptz DEFAULT clock_timestamp());
+CREATE OR REPLACE FUNCTION bystander_buy(u text, g text) RETURNS void LANGUAGE plpgsql AS \$\$
+BEGIN
+	INSERT INTO bystander_answers (status) SELECT b.status FROM seckill_buy(u, g) b;
+EXCEPTION WHEN OTHERS THEN
+	INSERT INTO bystander_answers (status, err) VALUES ('error', SQLSTATE || ' ' || SQLERRM);
+END
+\$\$;
+SELECT seckill_campaign_create('$goods-bystander', 1000000) \g /dev/null
+SELECT seckill_preheat('$goods-bystander') \g /dev/null
+SQL
+is "$(owner "$prefix:{c:$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$goods-bystander'")}:meta")" "$other" \
+	"kill: a bystander campaign on port $other"
+cat >"$work/bystander.sql" <<SQL
+\set u random(1, 1000000000)
+SELECT bystander_buy('bystander-' || :u, '$goods-bystander');
+SQL
+bystander() { # bystander status since [until]
+	psql_val "SELECT count(*) FROM bystander_answers WHERE status = '$1' AND at >= '$2'
+		AND at < coalesce(nullif('${3:-}', ''), 'infinity')::timestamptz"
+}
+next_id_on "$seed"
 sale_begin "$goods-failover" 40000
 psql_val "ALTER TABLE stampede_answers ADD COLUMN at timestamptz DEFAULT clock_timestamp()"
 is "$(owner "$prefix:{c:$SALE_CID}:meta")" "$seed" "kill: campaign $SALE_CID is on the seed, port $seed (its replica: $replica)"
 under_way kill
+pgbench -n -c 16 -j 2 -R 500 -T 14 -f "$work/bystander.sql" >"$work/bystander.out" 2>&1 &
+BYSTANDER=$!
+seckill_wait_for "[ \$(bystander ok '$since') -ge 200 ]" 10
 kill -KILL "$(cat "$work/redis-$seed/pid")"
+killed=$(pg_now)
 started=$(now_ms)
-seckill_wait_for "[ \"\$(role $replica)\" = master ] && seckill_cluster_ok ${masters[0]}" 20
+seckill_wait_for "[ \"\$(role $replica)\" = master ] && seckill_cluster_ok $other" 20
 ok "[ $? -eq 0 ]" "kill: the seed's master killed, its replica promoted ($(($(now_ms) - started)) ms)" || finish
+promoted=$(pg_now)
 resumed kill "$replica"
+wait "$BYSTANDER"
+BYSTANDER=
+diag "kill: the bystander's answers while the master was down: $(psql_val "SELECT coalesce(string_agg(status || ' '
+	|| n, ', '), 'none') FROM (SELECT status, count(*) n FROM bystander_answers WHERE at >= '$killed'
+	AND at < '$promoted' GROUP BY 1 ORDER BY 1) s")"
+ok "[ $(bystander ok "$(psql_val "SELECT '$killed'::timestamptz + interval '1 second'")" "$promoted") -ge 100 ]" \
+	"kill: the bystander campaign on port $other sold while the killed master was down"
+ok "[ $(bystander error "$killed") -le 16 ]" \
+	"kill: of the bystander's calls at most those in flight at the kill failed ($(bystander error "$killed"))" ||
+	diag "$(psql_val "SELECT string_agg(n || ' x ' || err, '; ') FROM (SELECT left(err, 150) err, count(*) n
+		FROM bystander_answers WHERE status = 'error' GROUP BY 1 ORDER BY 2 DESC LIMIT 3) s")"
+ok "[ $(logged "$mark" "cannot reach the master 127.0.0.1:$seed of the Redis Cluster") -gt 0 ]" \
+	"kill: the server log names the master it cannot reach"
 after kill "$since" "$mark" "$replica" "$comp"
 unreachable_only kill "$since"
 ok "[ $(logged "$mark" "connected to the Redis Cluster of 127.0.0.1:$seed through 127.0.0.1:") -gt 0 ]" \

@@ -51,6 +51,16 @@ SELECT state, total_stock, sold, pg_stock, redis_stock, redis_buyers, in_flight,
 FROM seckill_status('phone');
 SELECT user_id, qty, status FROM seckill.orders WHERE campaign_id = :phone_id ORDER BY id;
 
+-- where Redis keeps it: one Redis here, serving every slot
+SELECT shard, slot BETWEEN 0 AND 16383 AS a_slot, redis_node IS NOT NULL AS reached
+FROM seckill_campaign_nodes('phone');
+SELECT count(*) AS masters, bool_and(connected) AS connected, sum(slots) AS slots,
+	   sum(round_trips) > 0 AS used, count(error) AS errors
+FROM seckill.redis_nodes;
+SELECT * FROM seckill_campaign_nodes('no-such-goods');
+SELECT * FROM seckill_campaign_nodes(NULL);
+SELECT * FROM seckill.campaign_nodes_rows(:phone_id, 0);
+
 -- the fate of an order, for a caller whose call failed
 SELECT status, qty FROM seckill_order('bob', 'phone');
 SELECT status, order_id, qty, created_at FROM seckill_order('dave', 'phone');
@@ -337,7 +347,7 @@ SELECT state FROM seckill.campaigns WHERE id = :fenced_id;
 UPDATE seckill.fences SET token = 0 WHERE name = 'seckill:campaign:' || :fenced_id;
 SELECT seckill_close('fenced');
 
--- from 1.0 to 1.5: the campaigns keep their data and get token secrets;
+-- from 1.0 to 1.6: the campaigns keep their data and get token secrets;
 -- the roles that could buy still can
 DROP EXTENSION seckill;
 CREATE EXTENSION seckill VERSION '1.0';

@@ -15,6 +15,7 @@
 #include "shared/call.h"
 #include "shared/campaign_cache.h"
 #include "shared/lock_table.h"
+#include "shared/redis_nodes.h"
 #include "shared/shmem.h"
 #include "shared/stats.h"
 #include "utils/guc.h"
@@ -55,6 +56,7 @@ _PG_init(void)
 	seckill_campaign_cache_register();
 	seckill_stats_register();
 	seckill_lock_table_register();
+	seckill_redis_nodes_register();
 	seckill_shmem_init();
 	register_worker();
 }

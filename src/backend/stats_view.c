@@ -1,15 +1,18 @@
 /*-------------------------------------------------------------------------
  *
  * stats_view.c
- *		The seckill.stats view and seckill_stats_reset(): the figures in
- *		shared memory as rows.
+ *		The seckill.stats view and seckill_stats_reset(), the
+ *		seckill.redis_nodes view and seckill_campaign_nodes(): the figures
+ *		in shared memory as rows.
  *
  *-------------------------------------------------------------------------
  */
 #include "backend/backend.h"
 
 #include "funcapi.h"
+#include "redis/cluster.h"
 #include "shared/campaign_cache.h"
+#include "shared/redis_nodes.h"
 #include "shared/shmem.h"
 #include "shared/stats.h"
 #include "utils/builtins.h"
@@ -17,6 +20,8 @@
 
 PG_FUNCTION_INFO_V1(seckill_stats_rows);
 PG_FUNCTION_INFO_V1(seckill_stats_reset);
+PG_FUNCTION_INFO_V1(seckill_redis_nodes_rows);
+PG_FUNCTION_INFO_V1(seckill_campaign_nodes_rows);
 
 #define STATS_COLUMNS 27
 
@@ -122,4 +127,73 @@ seckill_stats_reset(PG_FUNCTION_ARGS)
 {
 	seckill_check_database();
 	PG_RETURN_TIMESTAMPTZ(seckill_stats_reset_all());
+}
+
+/*
+ * seckill.redis_nodes_rows() RETURNS SETOF (node, connected, slots,
+ *		round_trips, error): the Redis masters as the worker last saw them.
+ */
+Datum
+seckill_redis_nodes_rows(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	SeckillRedisNodes *pub = seckill_redis_nodes;
+
+	seckill_check_database();
+	InitMaterializedSRF(fcinfo, 0);
+	LWLockAcquire(pub->lock, LW_SHARED);
+	for (int i = 0; i < pub->count; i++)
+	{
+		SeckillRedisNode *node = &pub->node[i];
+		Datum		values[5];
+		bool		nulls[5] = {0};
+
+		values[0] = CStringGetTextDatum(node->addr);
+		values[1] = BoolGetDatum(node->connected);
+		values[2] = Int32GetDatum(node->slots);
+		values[3] = Int64GetDatum((int64) pg_atomic_read_u64(&node->round_trips));
+		values[4] = CStringGetTextDatum(node->error);
+		nulls[4] = node->error[0] == '\0';
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	LWLockRelease(pub->lock);
+	return (Datum) 0;
+}
+
+/*
+ * seckill.campaign_nodes_rows(campaign_id bigint, shards int) RETURNS SETOF
+ *		(shard, slot, redis_node): the slot of each stock shard's keys and the
+ *		master serving it (NULL when none is reached).
+ */
+Datum
+seckill_campaign_nodes_rows(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int64		id = PG_GETARG_INT64(0);
+	int32		nshards = PG_GETARG_INT32(1);
+	SeckillRedisNodes *pub = seckill_redis_nodes;
+
+	seckill_check_database();
+	if (nshards < 1 || nshards > SK_MAX_SHARDS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("shards must be between 1 and %d, not %d", SK_MAX_SHARDS, nshards)));
+	InitMaterializedSRF(fcinfo, 0);
+	LWLockAcquire(pub->lock, LW_SHARED);
+	for (int shard = 0; shard < nshards; shard++)
+	{
+		char	   *key = sk_shard_key(id, shard, nshards, "meta");
+		int			slot = sk_cluster_key_slot(key, strlen(key));
+		int			node = pub->count > 0 ? pub->slot_node[slot] : -1;
+		Datum		values[3];
+		bool		nulls[3] = {0};
+
+		values[0] = Int32GetDatum(shard);
+		values[1] = Int32GetDatum(slot);
+		values[2] = node >= 0 ? CStringGetTextDatum(pub->node[node].addr) : (Datum) 0;
+		nulls[2] = node < 0;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	LWLockRelease(pub->lock);
+	return (Datum) 0;
 }

@@ -25,6 +25,7 @@
 #include "redis/cluster.h"
 #include "redis/lua_scripts.h"
 #include "redis/sentinel.h"
+#include "shared/redis_nodes.h"
 
 static const char *const script_source[SK_NSCRIPTS] = {
 	[SK_SCRIPT_BUY] = LUA_BUY,
@@ -86,6 +87,16 @@ static SkKnown down[SK_MAX_NODES];
 static int	ndown = 0;
 static TimestampTz down_due = 0;
 #define DOWN_POLL_MS 1000
+
+/*
+ * The index of the master being connected to while the worker connects to
+ * a Redis Cluster, -1 otherwise: its failure (a master dying as the worker
+ * reaches it) closes only it, and it is noted down.
+ */
+static int	handshaking = -1;
+
+/* Each node's entry in seckill.redis_nodes (shared/redis_nodes.h); -1: none. */
+static int	published[SK_MAX_NODES];
 static bool connected = false;
 static bool conn_cluster = false;
 
@@ -338,12 +349,93 @@ sk_redis_refused(const char *why)
 	set_error("%s", why);
 }
 
+/*
+ * Show the masters of this connection in seckill.redis_nodes: those
+ * reached, those not (a Redis Cluster's), and which serves each slot.
+ */
+static void
+publish_nodes(void)
+{
+	SeckillRedisNodes *pub = seckill_redis_nodes;
+	int			n = 0;
+
+	LWLockAcquire(pub->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < nnodes; i++)
+	{
+		published[i] = -1;
+		if (!nodes[i].master || n == SK_REDIS_NODES)
+			continue;
+		published[i] = n;
+		snprintf(pub->node[n].addr, sizeof(pub->node[n].addr), "%s:%d", nodes[i].host, nodes[i].port);
+		pub->node[n].connected = true;
+		pub->node[n].slots = 0;
+		pub->node[n].error[0] = '\0';
+		pg_atomic_write_u64(&pub->node[n].round_trips, 0);
+		n++;
+	}
+	for (int i = 0; i < ndown && n < SK_REDIS_NODES; i++, n++)
+	{
+		snprintf(pub->node[n].addr, sizeof(pub->node[n].addr), "%s:%d", down[i].host, down[i].port);
+		pub->node[n].connected = false;
+		pub->node[n].slots = 0;
+		strlcpy(pub->node[n].error, down[i].error, sizeof(pub->node[n].error));
+		pg_atomic_write_u64(&pub->node[n].round_trips, 0);
+	}
+	pub->count = n;
+	pub->cluster = conn_cluster;
+	for (int s = 0; s < SK_REDIS_SLOTS; s++)
+	{
+		int			node = conn_cluster ? sk_cluster_node_of(s) : 0;
+
+		pub->slot_node[s] = node >= 0 ? published[node] : -1;
+		if (pub->slot_node[s] >= 0)
+			pub->node[pub->slot_node[s]].slots++;
+	}
+	LWLockRelease(pub->lock);
+}
+
+/* Slot slot has moved to node (a MOVED answer): show it in seckill.redis_nodes. */
+static void
+publish_slot(int slot, int node)
+{
+	SeckillRedisNodes *pub = seckill_redis_nodes;
+	int			from = pub->slot_node[slot];
+
+	if (from == published[node])
+		return;
+	LWLockAcquire(pub->lock, LW_EXCLUSIVE);
+	if (from >= 0)
+		pub->node[from].slots--;
+	pub->slot_node[slot] = published[node];
+	if (published[node] >= 0)
+		pub->node[published[node]].slots++;
+	LWLockRelease(pub->lock);
+}
+
+/* The connections are gone: every master of seckill.redis_nodes unreached. */
+static void
+unpublish_nodes(void)
+{
+	SeckillRedisNodes *pub = seckill_redis_nodes;
+
+	LWLockAcquire(pub->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < pub->count; i++)
+		if (pub->node[i].connected)
+		{
+			pub->node[i].connected = false;
+			strlcpy(pub->node[i].error, last_error, sizeof(pub->node[i].error));
+		}
+	LWLockRelease(pub->lock);
+}
+
 /* Close every connection, saying nothing. */
 static void
 drop_nodes(void)
 {
 	for (int i = 0; i < nnodes; i++)
 		redisFree(nodes[i].ctx);
+	if (connected)
+		unpublish_nodes();
 	nnodes = 0;
 	ndown = 0;
 	connected = false;
@@ -360,6 +452,14 @@ sk_redis_disconnect(const char *why)
 		return;
 	if (why)
 		set_error("%s", why);
+	if (handshaking >= 0 && handshaking == nnodes - 1)
+	{
+		redisFree(nodes[--nnodes].ctx);
+		handshaking = -1;
+		in_flight = false;
+		rebuild_wait_set();
+		return;
+	}
 	ereport(LOG,
 			(errmsg("seckill worker disconnected from Redis%s at %s:%d: %s",
 					conn_cluster ? " Cluster" : "", conn_host, conn_port, last_error)));
@@ -423,6 +523,9 @@ fail(SkNode *node, const char *what)
 {
 	set_error("%s (%s:%d): %s", what, node->host, node->port,
 			  node->ctx->errstr[0] ? node->ctx->errstr : "connection lost");
+	/* another than the master being reached: all go */
+	if (handshaking >= 0 && node != &nodes[handshaking])
+		handshaking = -1;
 	sk_redis_disconnect(NULL);
 	return false;
 }
@@ -686,6 +789,9 @@ send_to(SkPipeline *p, int n, const int *cmds, const int *to, const bool *asking
 		if (share[i].count > 0 && !flush_output(&nodes[i], deadline))
 			return false;
 	pg_atomic_fetch_add_u64(&seckill_figures->counters.redis_round_trips, 1);
+	for (int i = 0; connected && i < nnodes; i++)
+		if (share[i].count > 0 && published[i] >= 0)
+			pg_atomic_fetch_add_u64(&seckill_redis_nodes->node[published[i]].round_trips, 1);
 	if (!read_replies(share, out, deadline))
 		return false;
 	in_flight = false;
@@ -886,7 +992,10 @@ redirect(const SkReply *r, int sent_to, bool was_asking,
 		return -1;
 	*asking = r->str[0] == 'A';
 	if (!*asking)
+	{
 		sk_cluster_map_set(slot, node);
+		publish_slot(slot, node);
+	}
 	return node;
 }
 
@@ -1402,6 +1511,7 @@ connect_node(const char *host, int port, bool alone)
 			connect_failed();
 		return -1;
 	}
+	published[nnodes] = -1;
 	node = &nodes[nnodes++];
 	node->ctx = ctx;
 	strlcpy(node->host, host, sizeof(node->host));
@@ -1479,17 +1589,22 @@ reach_master(const char *host, int port)
 	for (i = 0; i < nnodes; i++)
 		if (nodes[i].port == port && strcmp(nodes[i].host, host) == 0)
 			break;
-	if (i == nnodes && (i = connect_node(host, port, true)) < 0)
-	{
-		if (nnodes == 0)
-			return SK_NODE_GONE;
-		strlcpy(down[ndown].host, host, sizeof(down[ndown].host));
-		down[ndown].port = port;
-		strlcpy(down[ndown].error, last_error, sizeof(down[ndown].error));
-		ndown++;
-		return SK_NODE_DOWN;
-	}
-	return make_master(&nodes[i]) ? i : SK_NODE_GONE;
+	if (i < nnodes)
+		return make_master(&nodes[i]) ? i : SK_NODE_GONE;
+	handshaking = nnodes;
+	i = connect_node(host, port, true);
+	if (i >= 0 && !make_master(&nodes[i]))
+		i = -1;
+	handshaking = -1;
+	if (i >= 0)
+		return i;
+	if (nnodes == 0)
+		return SK_NODE_GONE;
+	strlcpy(down[ndown].host, host, sizeof(down[ndown].host));
+	down[ndown].port = port;
+	strlcpy(down[ndown].error, last_error, sizeof(down[ndown].error));
+	ndown++;
+	return SK_NODE_DOWN;
 }
 
 static const SkKnown *
@@ -1588,24 +1703,27 @@ connect_cluster(void)
 	char		seed_error[sizeof(last_error)];
 	int			i;
 
+	/* the seed, else the masters it knew, in turn, until one tells the slots */
 	ndown = 0;
-	if (connect_node(conn_host, conn_port, false) < 0)
+	for (i = -1; i < nknown; i++)
 	{
-		strlcpy(seed_error, last_error, sizeof(seed_error));
-		for (i = 0; i < nknown; i++)
-			if ((known[i].port != conn_port || strcmp(known[i].host, conn_host) != 0) &&
-				connect_node(known[i].host, known[i].port, false) == 0)
-				break;
-		if (i == nknown)
+		if (i >= 0 && known[i].port == conn_port && strcmp(known[i].host, conn_host) == 0)
+			continue;
+		if (connect_node(i < 0 ? conn_host : known[i].host, i < 0 ? conn_port : known[i].port, false) == 0)
 		{
-			set_error("%s%s", seed_error, nknown > 0 ? ", nor any other master it knew" : "");
-			return false;
+			sk_pipeline_init(&p);
+			add_command(&p, 2, (const char *[]) {"CLUSTER", "SLOTS"}, NULL, 2);
+			if (send_and_read(&nodes[0], &p, &slots))
+				break;
 		}
+		if (i < 0)
+			strlcpy(seed_error, last_error, sizeof(seed_error));
 	}
-	sk_pipeline_init(&p);
-	add_command(&p, 2, (const char *[]) {"CLUSTER", "SLOTS"}, NULL, 2);
-	if (!send_and_read(&nodes[0], &p, &slots))
+	if (i == nknown)
+	{
+		set_error("%s%s", seed_error, nknown > 0 ? ", nor any other master it knew" : "");
 		return false;
+	}
 	if (slots.type == REDIS_REPLY_ERROR)
 	{
 		set_error("Redis at %s:%d answered CLUSTER SLOTS with \"%s\": it is no Redis Cluster node; "
@@ -1704,6 +1822,7 @@ connect_now(void)
 	next_attempt = 0;
 	generation++;
 	connected = true;
+	publish_nodes();
 	subscription_open();
 	rebuild_wait_set();
 	if (conn_cluster)
@@ -1740,6 +1859,7 @@ sk_redis_connect(void)
 	{
 		/* an ERROR (a cancel, a statement timeout) broke the handshake off */
 		connecting = false;
+		handshaking = -1;
 		drop_nodes();
 		PG_RE_THROW();
 	}

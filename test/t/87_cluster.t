@@ -187,6 +187,10 @@ is "$shard_stock" "0 0 0 0 0 0 " "every shard sold to its last item, lending acr
 for port in "${masters[@]}"; do
 	ok "[ $(keys_on "$port") -gt 0 ]" "the master on port $port holds $(keys_on "$port") of seckill's keys"
 done
+is "$(psql_val "SELECT count(*) || ' ' || bool_and(connected) || ' ' || sum(slots) || ' ' || bool_and(round_trips > 0)
+	FROM seckill.redis_nodes")" "3 true 16384 true" "seckill.redis_nodes: three masters reached, serving the 16384 slots, each used"
+is "$(psql_val "SELECT string_agg(split_part(redis_node, ':', 2), ' ' ORDER BY shard) || ' '
+	FROM seckill_campaign_nodes('$goods-1')")" "$shard_homes" "seckill_campaign_nodes names the master of each shard"
 
 # 2. Locks: 30 names, spread over the masters by their slots
 locks() { # locks "condition on name": how many of the 30 names meet it
@@ -246,6 +250,8 @@ diag "move: before $(answers '-infinity' "$t0")" "move: importing/migrating $(an
 	"move: keys migrating $(answers "$t1" "$t2")" "move: ASK $(answers "$t2" "$t3")" "move: MOVED $(answers "$t3" "$t4")"
 is "$(error_count "$t0" "$t4")" 0 "move: no call failed in any phase" || diag "move: $(errors "$t0")"
 is "$(owner "$key")" "$dst" "move: the campaign is on port $dst now"
+is "$(psql_val "SELECT redis_node FROM seckill_campaign_nodes('$goods-move')")" "127.0.0.1:$dst" \
+	"move: seckill_campaign_nodes follows the MOVED answers to port $dst"
 
 # 4. The worker's connection to the slot's new master killed: it drops them
 #    all, comes back through the seed, learns the slot's new home from
@@ -317,6 +323,9 @@ seckill_wait_for "[ \$(bystander ok '$since') -ge 200 ]" 10
 kill -KILL "$(cat "$work/redis-$seed/pid")"
 killed=$(pg_now)
 started=$(now_ms)
+seckill_wait_for "[ \"\$(psql_val \"SELECT connected FROM seckill.redis_nodes WHERE node = '127.0.0.1:$seed'\")\" = f ]" 5
+ok "[ $? -eq 0 ]" "kill: seckill.redis_nodes shows port $seed unreached: $(psql_val "SELECT error FROM seckill.redis_nodes
+	WHERE node = '127.0.0.1:$seed'")"
 seckill_wait_for "[ \"\$(role $replica)\" = master ] && seckill_cluster_ok $other" 20
 ok "[ $? -eq 0 ]" "kill: the seed's master killed, its replica promoted ($(($(now_ms) - started)) ms)" || finish
 promoted=$(pg_now)

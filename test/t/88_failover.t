@@ -240,7 +240,12 @@ failover_comp=$(val "$new" "SELECT count(*) FROM seckill.compensations
 diag "async: $failover_comp compensations for the failover; reasons:" \
 	"$(val "$new" "SELECT coalesce(string_agg(reason || ' ' || n, ', '), 'none') FROM (SELECT reason, count(*) n
 		FROM seckill.compensations WHERE campaign_id = $cid GROUP BY 1) r")"
-ok "[ $lost -eq 0 ] || [ $failover_comp -ge 1 ]" "async: the reservations the failover lost are logged as compensations"
+# Reservations still in the journal at the crash are compensated; those
+# settled on the old primary (its worker may settle a last round as the
+# server goes down) are counted by the take-over, which rebuilds the campaign.
+found=$(grep -o "found [0-9]* item(s) of campaign $cid (" "$work/standby.log" | grep -o '[0-9]*' | head -1)
+ok "[ $lost -eq 0 ] || [ $failover_comp -ge 1 ] || [ ${found:-0} -ge $lost ]" \
+	"async: the reservations the failover lost are logged: $failover_comp compensation(s), ${found:-no} item(s) found sold without an order by the take-over"
 is "$(val "$new" "SELECT c.sold <= c.total_stock AND coalesce(sum(o.qty), 0) = c.sold FROM seckill.campaigns c
 	LEFT JOIN seckill.orders o ON o.campaign_id = c.id AND o.status <> 'cancelled' WHERE c.id = $cid GROUP BY c.id")" t \
 	"async: no oversell on the new primary (sum of active orders = sold <= stock)"

@@ -127,7 +127,9 @@ typedef enum SeckillCrashPoint
 	SK_CRASH_NONE,
 	SK_CRASH_AFTER_RESERVE,		/* Redis reserved, nothing committed */
 	SK_CRASH_AFTER_COMMIT,		/* committed, journal not settled, nobody woken */
-	SK_CRASH_BEFORE_WAKE		/* committed and settled, nobody woken */
+	SK_CRASH_BEFORE_WAKE,		/* committed and settled, nobody woken */
+	SK_CRASH_OVERLAPPED			/* a round committed while the next one's
+								 * reservations are in Redis, nobody woken */
 } SeckillCrashPoint;
 
 #ifdef SECKILL_CRASH_POINTS

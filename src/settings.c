@@ -47,6 +47,7 @@ static const struct config_enum_entry crash_points[] = {
 	{"after_reserve", SK_CRASH_AFTER_RESERVE, false},
 	{"after_commit", SK_CRASH_AFTER_COMMIT, false},
 	{"before_wake", SK_CRASH_BEFORE_WAKE, false},
+	{"overlapped", SK_CRASH_OVERLAPPED, false},
 	{NULL, 0, false}
 };
 

@@ -131,6 +131,26 @@ static TimestampTz sentinels_due = 0;
 /* A pipeline is out and its replies not all read: the connection is mid-request. */
 static bool in_flight = false;
 
+/*
+ * Work to do once the next pipeline is on its way to Redis, before its
+ * replies are read (sk_pipeline_exec_meanwhile), and the time it took, which
+ * the replies' deadline does not count.
+ */
+static void (*meanwhile) (void) = NULL;
+static TimestampTz meanwhile_took = 0;
+
+static void
+run_meanwhile(void)
+{
+	void		(*work) (void) = meanwhile;
+	TimestampTz begun = GetCurrentTimestamp();
+
+	meanwhile = NULL;
+	if (work)
+		work();
+	meanwhile_took = GetCurrentTimestamp() - begun;
+}
+
 /* Bumped by every successful connection: the worker replays after each. */
 static uint64 generation = 0;
 
@@ -478,6 +498,14 @@ sk_redis_abandon(void)
 	if (in_flight)
 		sk_redis_disconnect("a round was broken off while Redis was answering");
 	in_flight = false;
+	meanwhile = NULL;
+}
+
+/* A pipeline is out, its replies not read yet: Redis may not be used. */
+bool
+sk_redis_in_flight(void)
+{
+	return in_flight;
 }
 
 /*
@@ -792,6 +820,12 @@ send_to(SkPipeline *p, int n, const int *cmds, const int *to, const bool *asking
 	for (int i = 0; connected && i < nnodes; i++)
 		if (share[i].count > 0 && published[i] >= 0)
 			pg_atomic_fetch_add_u64(&seckill_redis_nodes->node[published[i]].round_trips, 1);
+	if (meanwhile)
+	{
+		run_meanwhile();
+		deadline += meanwhile_took;
+		start += meanwhile_took;
+	}
 	if (!read_replies(share, out, deadline))
 		return false;
 	in_flight = false;
@@ -1032,8 +1066,10 @@ sk_pipeline_exec(SkPipeline *p)
 	to = palloc(sizeof(int) * p->count);
 	for (int i = 0; i < p->count; i++)
 		to[i] = conn_cluster ? sk_cluster_node_of(p->slots[i]) : 0;
+	meanwhile_took = 0;
 	if (!send_to(p, p->count, NULL, to, NULL, replies, deadline))
 		return NULL;
+	deadline += meanwhile_took;
 
 	cmds = palloc(sizeof(int) * p->count);
 	asking = palloc(sizeof(bool) * p->count);
@@ -1087,6 +1123,26 @@ sk_pipeline_exec(SkPipeline *p)
 		}
 		memcpy(to, sent_to, sizeof(int) * p->count);
 	}
+	return replies;
+}
+
+/*
+ * sk_pipeline_exec, and work() run once the pipeline is on its way, while
+ * Redis runs it: the worker commits a round's orders while Redis serves the
+ * next.  work() runs exactly once, also when Redis fails (then before this
+ * returns NULL); it must not use Redis.  Its time does not count against
+ * seckill.redis_timeout.
+ */
+SkReply *
+sk_pipeline_exec_meanwhile(SkPipeline *p, void (*work) (void))
+{
+	SkReply    *replies;
+
+	Assert(meanwhile == NULL);
+	meanwhile = work;
+	replies = sk_pipeline_exec(p);
+	if (meanwhile)
+		run_meanwhile();
 	return replies;
 }
 

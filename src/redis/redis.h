@@ -73,6 +73,7 @@ extern uint64 sk_redis_generation(void);
 extern void sk_redis_disconnect(const char *why);
 extern void sk_redis_refused(const char *why);
 extern void sk_redis_abandon(void);
+extern bool sk_redis_in_flight(void);
 extern void sk_redis_reload(void);
 extern const char *sk_redis_error(void);
 extern void sk_redis_wait_idle(long timeout_ms);
@@ -87,6 +88,7 @@ extern void sk_pipeline_add(SkPipeline *p, int argc, const char **argv, const si
 extern void sk_pipeline_script(SkPipeline *p, SkScript script,
 							   int nkeys, const char **keys, int nargs, const char **args);
 extern SkReply *sk_pipeline_exec(SkPipeline *p);
+extern SkReply *sk_pipeline_exec_meanwhile(SkPipeline *p, void (*work) (void));
 
 extern const char *sk_script_source(SkScript script);
 

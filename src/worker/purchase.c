@@ -5,8 +5,11 @@
  *		purchase checked and reserved by lua/buy.lua in its home shard, the
  *		short ones lent stock by the next shards), one group commit of the
  *		accepted orders, then the callers are woken and whatever PostgreSQL
- *		refused is given back.  Without Redis, the same group commit sells
- *		from PostgreSQL alone.
+ *		refused is given back.  The group commit is staged: it runs while the
+ *		next round's pipeline is in Redis, or at once when no round follows.
+ *		Every reservation is journaled in Redis before its commit, so a stop
+ *		anywhere in either stage is settled by the replay.  Without Redis,
+ *		the same group commit sells from PostgreSQL alone.
  *
  *-------------------------------------------------------------------------
  */
@@ -17,8 +20,22 @@
 #include "shared/shmem.h"
 #include "shared/stats.h"
 #include "store/store.h"
+#include "utils/memutils.h"
 #include "worker/epoch.h"
 #include "worker/journal.h"
+
+/*
+ * The commit stage: the orders Redis accepted in the last round, committed
+ * while the next round's pipeline is in Redis (sk_pipeline_exec_meanwhile),
+ * or by sk_purchase_flush() when no round follows at once.  Its callers'
+ * items are copies, as the worker reuses a round's; those PostgreSQL refused
+ * are given back once no pipeline is in flight.
+ */
+static MemoryContext stage_cxt = NULL;
+static RoundItem *stage_items = NULL;
+static SkOrder *stage_orders = NULL;
+static int	nstaged = 0;
+static bool stage_committed = false;
 
 /* The install_generation our order ids belong to. */
 static uint32 seen_generation = 0;
@@ -280,6 +297,103 @@ take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccept
 		sk_answer(done[i].item);
 }
 
+/* Stage a round's accepted purchases, for the group commit. */
+static void
+stage(Purchase *accepted, int n)
+{
+	MemoryContext old;
+
+	Assert(nstaged == 0);
+	if (stage_cxt == NULL)
+		stage_cxt = AllocSetContextCreate(TopMemoryContext, "seckill commit stage", ALLOCSET_DEFAULT_SIZES);
+	/* the group commit wants them by id; those served by other shards came last */
+	qsort(accepted, n, sizeof(Purchase), purchase_cmp);
+	old = MemoryContextSwitchTo(stage_cxt);
+	stage_items = palloc(sizeof(RoundItem) * n);
+	stage_orders = palloc(sizeof(SkOrder) * n);
+	for (int i = 0; i < n; i++)
+	{
+		stage_items[i] = *accepted[i].item;
+		stage_orders[i] = accepted[i].order;
+		stage_orders[i].user_id = stage_items[i].request.user_id;
+	}
+	MemoryContextSwitchTo(old);
+	nstaged = n;
+	stage_committed = false;
+}
+
+/*
+ * Commit the staged orders in one transaction and answer their callers; the
+ * journal entries of the committed ones are dropped by the next pipeline.
+ * Uses no Redis: it may run while a pipeline is in flight.
+ */
+static void
+commit_stage(void)
+{
+	if (nstaged == 0 || stage_committed)
+		return;
+	seckill_crash_if(SK_CRASH_AFTER_RESERVE);
+	store_begin("seckill: commit orders");
+	store_commit_orders(stage_orders, nstaged, true);
+	store_commit();
+	stage_committed = true;
+	pg_atomic_fetch_add_u64(&seckill_figures->counters.commits, 1);
+	seckill_crash_if(SK_CRASH_AFTER_COMMIT);
+	for (int i = 0; i < nstaged; i++)
+		if (stage_orders[i].outcome == SK_OK)
+			sk_journal_settle(&stage_orders[i]);
+	if (sk_redis_in_flight())
+		seckill_crash_if(SK_CRASH_OVERLAPPED);
+	else if (seckill_crash_point == SK_CRASH_BEFORE_WAKE)
+	{
+		sk_journal_flush_settles();
+		seckill_crash_if(SK_CRASH_BEFORE_WAKE);
+	}
+	for (int i = 0; i < nstaged; i++)
+	{
+		stage_items[i].reply.status = stage_orders[i].outcome;
+		if (stage_orders[i].outcome == SK_OK)
+			stage_items[i].reply.order_id = stage_orders[i].id;
+		sk_answer(&stage_items[i]);
+	}
+}
+
+/* What PostgreSQL refused of the committed stage goes back to Redis; the stage empties. */
+static void
+give_back_refused(void)
+{
+	if (nstaged == 0 || !stage_committed)
+		return;
+	sk_journal_give_back(stage_orders, nstaged);
+	sk_purchase_forget();
+}
+
+bool
+sk_purchase_staged(void)
+{
+	return nstaged > 0;
+}
+
+void
+sk_purchase_flush(void)
+{
+	commit_stage();
+	give_back_refused();
+}
+
+/*
+ * After an error broke a round off: the staged callers were answered with
+ * it, and the replay settles what Redis reserved for them.
+ */
+void
+sk_purchase_forget(void)
+{
+	nstaged = 0;
+	stage_committed = false;
+	if (stage_cxt)
+		MemoryContextReset(stage_cxt);
+}
+
 void
 sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 {
@@ -288,7 +402,6 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 	Purchase   *all = palloc0(sizeof(Purchase) * n);
 	Purchase   *accepted = palloc(sizeof(Purchase) * n);
 	Purchase   *pending = palloc(sizeof(Purchase) * n);
-	SkOrder    *orders;
 	int			naccepted = 0,
 				npending = 0;
 	int64	   *ids;
@@ -315,7 +428,8 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 		o->home = o->stock_shard = sk_home_shard(req->user_id, o->nshards);
 		add_buy(&p, req, o);
 	}
-	replies = sk_pipeline_exec(&p);
+	replies = sk_pipeline_exec_meanwhile(&p, commit_stage);
+	give_back_refused();
 	if (replies == NULL)
 	{
 		/* Some reservations may have been made: the replay gives them back. */
@@ -388,34 +502,8 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 		take_elsewhere(pending, npending, accepted, &naccepted, rebuild, nrebuild);
 
 	if (naccepted > 0)
-	{
-		/* the group commit wants them by id; those served by other shards came last */
-		qsort(accepted, naccepted, sizeof(Purchase), purchase_cmp);
-		orders = palloc(sizeof(SkOrder) * naccepted);
-		for (int i = 0; i < naccepted; i++)
-			orders[i] = accepted[i].order;
-		seckill_crash_if(SK_CRASH_AFTER_RESERVE);
-		store_begin("seckill: commit orders");
-		store_commit_orders(orders, naccepted, true);
-		store_commit();
-		pg_atomic_fetch_add_u64(&seckill_figures->counters.commits, 1);
-		seckill_crash_if(SK_CRASH_AFTER_COMMIT);
-		for (int i = 0; i < naccepted; i++)
-			if (orders[i].outcome == SK_OK)
-				sk_journal_settle(&orders[i]);
-		if (seckill_crash_point == SK_CRASH_BEFORE_WAKE)
-		{
-			sk_journal_flush_settles();
-			seckill_crash_if(SK_CRASH_BEFORE_WAKE);
-		}
-		for (int i = 0; i < naccepted; i++)
-		{
-			accepted[i].item->reply.status = orders[i].outcome;
-			if (orders[i].outcome == SK_OK)
-				accepted[i].item->reply.order_id = orders[i].id;
-			sk_answer(accepted[i].item);
-		}
-		sk_journal_give_back(orders, naccepted);
-	}
-
+		stage(accepted, naccepted);
+	/* a replay must find them committed: the stage waits for no next round then */
+	if (sk_journal_needs_replay() || seckill_crash_point == SK_CRASH_BEFORE_WAKE)
+		sk_purchase_flush();
 }

@@ -5,10 +5,13 @@
  *
  * One round serves every pending request: all purchases go to Redis as one
  * pipeline of EVALSHA calls, all accepted orders are committed in one
- * transaction, then the callers are woken.  The journal entries of the
- * committed orders are dropped by the next round's pipeline; reservations
- * PostgreSQL refused are given back at once.  Admin requests follow, one at
- * a time.
+ * transaction, then the callers are woken.  While purchases keep coming,
+ * rounds run back to back and each one's transaction commits while the next
+ * one's pipeline is in Redis (worker/purchase.c).  The journal entries of the
+ * committed orders are dropped by a later round's pipeline; reservations
+ * PostgreSQL refused are given back once the pipeline in flight is read.
+ * Admin requests follow, one at a time, after the round's orders are
+ * committed.
  *
  *-------------------------------------------------------------------------
  */
@@ -439,6 +442,9 @@ serve_locks(RoundItem *items, int nitems, SeckillRequestKind kind)
 			seckill_lock_hand_back(items[i].request.lock.owner);
 }
 
+/* Rounds served back to back, each one's commit beside the next one's Redis stage. */
+#define OVERLAPPED_ROUNDS 16
+
 /* A round's requests: allocated once, so that nothing can fail between drain and take. */
 static RoundItem *items = NULL;
 static RoundItem **buys = NULL;
@@ -464,6 +470,9 @@ serve_purchases(RoundItem **buys, int n)
 	int			nserved = 0;
 	bool		through_redis;
 
+	/* a replay, and sales without Redis, find the last round's orders committed */
+	if (sk_journal_needs_replay() || seckill_shared->sales_from_database)
+		sk_purchase_flush();
 	/* first, as it may queue rebuilds */
 	through_redis = sk_journal_ready() &&
 		(!seckill_shared->sales_from_database || leave_database_mode());
@@ -481,6 +490,7 @@ serve_purchases(RoundItem **buys, int n)
 		return;
 	if (!through_redis)
 	{
+		sk_purchase_flush();
 		/* a primary left behind by a failover never sells, not even from PostgreSQL */
 		if (sk_epoch_fenced())
 		{
@@ -582,7 +592,9 @@ serve_round(const int *slots, int n)
 		purchases_since_long_work = true;
 	}
 
-	/* Admin requests come after the round's purchases, settled. */
+	/* Admin requests come after the round's purchases, committed and settled. */
+	if (nitems > nbuys)
+		sk_purchase_flush();
 	if (nitems > nbuys && sk_redis_connected())
 		sk_journal_flush_settles();
 	/* releases first: a lock given back in this round can be taken in it */
@@ -753,6 +765,7 @@ recover_from_error(void)
 	sk_rebuild_abort();
 	sk_lease_give_if_held();
 	sk_journal_lost();
+	sk_purchase_forget();
 	forget_held_slices();
 	snprintf(message, sizeof(message), "the seckill worker failed while serving this request: %s",
 			 edata->message);
@@ -852,6 +865,20 @@ seckill_worker_main(Datum main_arg)
 		if (n > 0)
 		{
 			serve_round(slots, n);
+			/*
+			 * While purchases keep coming, each round's orders are committed
+			 * while the next round's pipeline is in Redis; what comes
+			 * between rounds (settings, replays, leases, long work) waits at
+			 * most OVERLAPPED_ROUNDS rounds.
+			 */
+			for (int more = 0; more < OVERLAPPED_ROUNDS && sk_purchase_staged() &&
+				 (n = seckill_queue_drain(slots, Min(seckill_batch_size, seckill_slot_count()))) > 0; more++)
+			{
+				CHECK_FOR_INTERRUPTS();
+				MemoryContextReset(round_cxt);
+				serve_round(slots, n);
+			}
+			sk_purchase_flush();
 			errors_in_row = 0;
 			if (long_work_wait() > 0)
 				continue;

@@ -382,8 +382,14 @@ seckill_call(const SeckillRequest *request)
 	seckill_calls->len++;
 	LWLockRelease(seckill_calls->lock);
 
+	/*
+	 * A busy worker drains the queue after its round: the latch is set (a
+	 * signal, and a wake-up) only when it waits for requests.  The worker
+	 * says so before it looks at the queue a last time (seckill_queue_empty).
+	 */
+	pg_memory_barrier();
 	worker_latch = seckill_shared->worker_latch;
-	if (worker_latch)
+	if (worker_latch && pg_atomic_read_u32(&seckill_shared->worker_idle) != 0)
 		SetLatch(worker_latch);
 
 	PG_TRY();
@@ -421,6 +427,18 @@ seckill_call(const SeckillRequest *request)
 	PG_END_TRY();
 
 	return reply;
+}
+
+/* Worker: nothing queued? */
+bool
+seckill_queue_empty(void)
+{
+	bool		empty;
+
+	LWLockAcquire(seckill_calls->lock, LW_SHARED);
+	empty = seckill_calls->len == 0;
+	LWLockRelease(seckill_calls->lock);
+	return empty;
 }
 
 /* Worker: take up to max queued slot indexes, oldest first. */

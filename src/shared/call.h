@@ -131,6 +131,7 @@ extern SeckillReply seckill_call(const SeckillRequest *request);
 
 /* worker */
 extern int	seckill_queue_drain(int *slots, int max);
+extern bool seckill_queue_empty(void);
 extern bool seckill_slot_take(int slot, SeckillRequest *request, uint64 *seq);
 extern bool seckill_slot_reply(int slot, uint64 seq, const SeckillReply *reply);
 extern bool seckill_slot_given_up(int slot, uint64 seq);

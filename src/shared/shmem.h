@@ -37,6 +37,8 @@ extern void seckill_shmem_init(void);
 typedef struct SeckillShared
 {
 	Latch	   *worker_latch;	/* NULL while no worker serves requests */
+	pg_atomic_uint32 worker_idle;	/* 1 while the worker waits for requests:
+									 * a caller sets its latch only then */
 	int			worker_pid;		/* its process, while it serves */
 	Oid			database_id;	/* the database the worker serves */
 	pg_atomic_uint32 install_generation;	/* bumped by each CREATE EXTENSION */

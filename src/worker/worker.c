@@ -669,6 +669,21 @@ pin_environment(void)
 					PGC_SUSET, PGC_S_OVERRIDE);
 }
 
+/*
+ * Wait for requests, at most timeout_ms (-1: no limit).  Callers set the
+ * worker's latch only while it says it waits (call.c): it says so, then
+ * looks at the queue once more.
+ */
+static void
+wait_for_requests(long timeout_ms)
+{
+	pg_atomic_write_u32(&seckill_shared->worker_idle, 1);
+	pg_memory_barrier();
+	if (seckill_queue_empty())
+		sk_redis_wait_idle(timeout_ms);
+	pg_atomic_write_u32(&seckill_shared->worker_idle, 0);
+}
+
 /* Wait until then, hearing SIGTERM and the postmaster's death meanwhile. */
 static void
 pause_until(TimestampTz until)
@@ -893,7 +908,7 @@ seckill_worker_main(Datum main_arg)
 			/* the next purchases are on their way: wait for them, or the turn */
 			due = long_work_wait();
 			if (due > 0)
-				sk_redis_wait_idle(due);
+				wait_for_requests(due);
 			else if (held_slices != NIL)
 				serve_held_slice();
 			else
@@ -920,6 +935,6 @@ seckill_worker_main(Datum main_arg)
 			due = due < 0 ? 1000 : Min(due, 1000);
 		if (kept_due >= 0)
 			due = due < 0 ? kept_due + 1 : Min(due, kept_due + 1);
-		sk_redis_wait_idle(due);
+		wait_for_requests(due);
 	}
 }

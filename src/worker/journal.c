@@ -330,10 +330,14 @@ sk_journal_not_ready(SeckillReply *reply)
 static void
 defer_settle_in(const SkOrder *order, int shard)
 {
-	if (nsettled == max_settled)
+	if (nsettled == max_settled && !sk_redis_in_flight())
 		sk_journal_flush_settles();
 	if (nsettled == max_settled)
-		nsettled = 0;			/* Redis failed: the replay drops them */
+	{
+		/* Redis failed, or a pipeline is out: the replay drops them */
+		nsettled = 0;
+		sk_journal_lost();
+	}
 	settled[nsettled].campaign_id = order->campaign_id;
 	settled[nsettled].id = order->id;
 	settled[nsettled].home = shard;

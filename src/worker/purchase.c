@@ -429,9 +429,9 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 		add_buy(&p, req, o);
 	}
 	replies = sk_pipeline_exec_meanwhile(&p, commit_stage);
-	give_back_refused();
 	if (replies == NULL)
 	{
+		give_back_refused();
 		/* Some reservations may have been made: the replay gives them back. */
 		sk_journal_lost();
 		sk_fail_all(items, n, SK_ERR_REDIS,
@@ -501,6 +501,8 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 	if (npending > 0)
 		take_elsewhere(pending, npending, accepted, &naccepted, rebuild, nrebuild);
 
+	/* after this round's replies, so that the stock it notes is the newest */
+	give_back_refused();
 	if (naccepted > 0)
 		stage(accepted, naccepted);
 	/* a replay must find them committed: the stage waits for no next round then */

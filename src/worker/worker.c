@@ -781,6 +781,7 @@ recover_from_error(void)
 	sk_lease_give_if_held();
 	sk_journal_lost();
 	sk_purchase_forget();
+	pg_atomic_write_u32(&seckill_shared->worker_idle, 0);
 	forget_held_slices();
 	snprintf(message, sizeof(message), "the seckill worker failed while serving this request: %s",
 			 edata->message);
@@ -887,6 +888,7 @@ seckill_worker_main(Datum main_arg)
 			 * most OVERLAPPED_ROUNDS rounds.
 			 */
 			for (int more = 0; more < OVERLAPPED_ROUNDS && sk_purchase_staged() &&
+				 !ConfigReloadPending && GetCurrentTimestamp() < keeper_due &&
 				 (n = seckill_queue_drain(slots, Min(seckill_batch_size, seckill_slot_count()))) > 0; more++)
 			{
 				CHECK_FOR_INTERRUPTS();

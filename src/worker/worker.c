@@ -606,6 +606,33 @@ serve_round(const int *slots, int n)
 			serve_or_hold(&items[i]);
 }
 
+/* Take the queued requests of a round. */
+static int
+drain(int *slots)
+{
+	return seckill_queue_drain(slots, Min(seckill_batch_size, seckill_slot_count()));
+}
+
+/*
+ * Serve a drained round, then, while purchases keep coming, the next ones
+ * back to back: each round's orders commit while the next round's pipeline
+ * is in Redis.  What comes between rounds (settings, replays, leases, long
+ * work) waits at most OVERLAPPED_ROUNDS rounds.
+ */
+static void
+serve_rounds(int *slots, int n)
+{
+	serve_round(slots, n);
+	for (int more = 0; more < OVERLAPPED_ROUNDS && sk_purchase_staged() &&
+		 !ConfigReloadPending && GetCurrentTimestamp() < keeper_due && (n = drain(slots)) > 0; more++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		MemoryContextReset(round_cxt);
+		serve_round(slots, n);
+	}
+	sk_purchase_flush();
+}
+
 /* Fill the campaign cache from PostgreSQL: what backends may answer alone. */
 static void
 load_campaign_cache(void)
@@ -877,25 +904,10 @@ seckill_worker_main(Datum main_arg)
 		/* a lease kept for a caller's next batch, and the caller stopped asking */
 		kept_due = sk_lease_give_kept_if_idle();
 
-		n = seckill_queue_drain(slots, Min(seckill_batch_size, seckill_slot_count()));
+		n = drain(slots);
 		if (n > 0)
 		{
-			serve_round(slots, n);
-			/*
-			 * While purchases keep coming, each round's orders are committed
-			 * while the next round's pipeline is in Redis; what comes
-			 * between rounds (settings, replays, leases, long work) waits at
-			 * most OVERLAPPED_ROUNDS rounds.
-			 */
-			for (int more = 0; more < OVERLAPPED_ROUNDS && sk_purchase_staged() &&
-				 !ConfigReloadPending && GetCurrentTimestamp() < keeper_due &&
-				 (n = seckill_queue_drain(slots, Min(seckill_batch_size, seckill_slot_count()))) > 0; more++)
-			{
-				CHECK_FOR_INTERRUPTS();
-				MemoryContextReset(round_cxt);
-				serve_round(slots, n);
-			}
-			sk_purchase_flush();
+			serve_rounds(slots, n);
 			errors_in_row = 0;
 			if (long_work_wait() > 0)
 				continue;

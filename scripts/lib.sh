@@ -298,8 +298,9 @@ seckill_on_exit() {
 }
 
 # seckill_pgbench dir clients seconds script: runs pgbench with the script,
-# keeping its output and per-transaction log in dir, and prints
-# "calls/s latency-average p50 p99" (ms).  Returns pgbench's status.
+# keeping its output, per-transaction log and own CPU time (dir/cpu: user
+# and system seconds) in dir, and prints "calls/s latency-average p50 p99"
+# (ms).  Returns pgbench's status.
 # seconds may also be "-t N": N calls per client, however long they take.
 seckill_pgbench() {
 	local dir=$1 clients=$2 seconds=$3 script=$4 rc=0 tps avg pct limit
@@ -308,8 +309,17 @@ seckill_pgbench() {
 	*) limit=(-T "$seconds") ;;
 	esac
 	mkdir -p "$dir"
-	pgbench -n -M prepared -c "$clients" -j "$(nproc)" "${limit[@]}" -f "$script" \
-		--log --log-prefix="$dir/txn" >"$dir/pgbench.out" 2>&1 || rc=$?
+	# times, in a subshell of its own, counts pgbench's CPU and nothing else
+	(
+		pgbench -n -M prepared -c "$clients" -j "$(nproc)" "${limit[@]}" -f "$script" \
+			--log --log-prefix="$dir/txn" >"$dir/pgbench.out" 2>&1
+		rc=$?
+		times >"$dir/cpu" # not in a pipeline: its subshell would count nothing
+		sed -i -nE '2s/^([0-9]+)m([0-9.]+)s ([0-9]+)m([0-9.]+)s$/\1 \2 \3 \4/p' "$dir/cpu"
+		awk '{ printf "%.2f %.2f\n", $1 * 60 + $2, $3 * 60 + $4 }' "$dir/cpu" >"$dir/cpu.s" &&
+			mv "$dir/cpu.s" "$dir/cpu"
+		exit $rc
+	) || rc=$?
 	tps=$(sed -nE 's/^tps = ([0-9]+)\..*/\1/p' "$dir/pgbench.out")
 	avg=$(sed -nE 's/^latency average = ([0-9.]+) ms$/\1/p' "$dir/pgbench.out")
 	# The third field of each log line is the latency in microseconds (or

@@ -15,6 +15,10 @@ for row in 1 2 3 4 4s 4c 5 6a 6b; do
 	ok "grep -Eq '^\\| $row \\| .* \\| 8 \\| [0-9]+ \\|' '$out/results.md'" "row $row measured"
 done
 ok "grep -q 'per 1,000 purchases' '$out/results.md'" "the worker's counters are reported"
+# row 4's CPU line: the worker and Redis worked for it, row 1's worker hardly
+ok "grep -Eq '^\\| 4 \\| 8 \\| [0-9]+ \\| [0-9]*[1-9][0-9]*\\.[0-9] \\| [0-9]*[1-9][0-9]*\\.[0-9] \\|' '$out/results.md'" \
+	"the CPU of row 4 is accounted: the worker's and Redis' per call"
+ok "grep -Eq '^\\| 1 \\| 8 \\| [0-9]+ \\| 0\\.[0-9] \\|' '$out/results.md'" "the CPU of row 1 is accounted: under 1 µs of the worker's"
 ok "grep -q '<svg' '$out/throughput.svg'" "the chart is drawn"
 diag "$(grep -E '^\| [0-9]' "$out/results.md" | cut -d'|' -f2-6)"
 done_testing

@@ -225,6 +225,9 @@ held_order(int64 campaign_id, const char *user_id)
 	ExecDropSingleTupleTableSlot(slot);
 	index_close(index, AccessShareLock);
 	table_close(orders, AccessShareLock);
+	/* named to the caller: durable first */
+	if (id != 0)
+		seckill_orders_flush();
 	return id;
 }
 
@@ -425,6 +428,9 @@ seckill_order(PG_FUNCTION_ARGS)
 		{
 			HeapTuple	tup = SPI_tuptable->vals[0];
 			bool		isnull;
+
+			/* the fate told is durable: the worker may not have flushed it yet */
+			seckill_orders_flush();
 
 			status = TextDatumGetCString(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull));
 			status = MemoryContextStrdup(CurTransactionContext, status);

@@ -426,6 +426,9 @@ seckill_call(const SeckillRequest *request)
 	}
 	PG_END_TRY();
 
+	/* an order committed without a flush is told only once it is durable */
+	if (reply.flush_lsn != InvalidXLogRecPtr)
+		XLogFlush(reply.flush_lsn);
 	return reply;
 }
 

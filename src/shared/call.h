@@ -19,6 +19,7 @@
 
 #include "seckill.h"
 
+#include "access/xlogdefs.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/spin.h"
@@ -58,6 +59,9 @@ typedef struct SeckillReply
 	SeckillStatus status;
 	int			sqlerrcode;		/* for SK_ERR_INVALID; 0 for the default */
 	int64		order_id;
+	XLogRecPtr	flush_lsn;		/* an order committed without a flush: the
+								 * caller flushes the WAL this far before it
+								 * answers (InvalidXLogRecPtr: nothing to do) */
 	int64		values[SK_REPLY_VALUES];	/* per request kind */
 	char		message[SK_MESSAGE_LEN];	/* for failures */
 } SeckillReply;

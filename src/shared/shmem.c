@@ -8,6 +8,7 @@
  */
 #include "shared/shmem.h"
 
+#include "access/xlog.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
@@ -37,6 +38,26 @@ shared_init(void *base, bool found, LWLockPadded *lwlocks)
 	memset(seckill_shared, 0, sizeof(SeckillShared));
 	pg_atomic_init_u32(&seckill_shared->install_generation, 0);
 	pg_atomic_init_u32(&seckill_shared->worker_idle, 1);
+	pg_atomic_init_u64(&seckill_shared->orders_lsn, InvalidXLogRecPtr);
+}
+
+/*
+ * An order was read that the worker may have committed without waiting for
+ * the WAL flush (store_commit_unflushed): flush the WAL that far before the
+ * read is reported to anyone, so that no answer names an order a crash
+ * could still take back.
+ */
+void
+seckill_orders_flush(void)
+{
+	XLogRecPtr	lsn;
+
+	pg_memory_barrier();
+	lsn = pg_atomic_read_u64(&seckill_shared->orders_lsn);
+	if (lsn == PG_UINT64_MAX)
+		lsn = GetXLogInsertRecPtr();
+	if (lsn != InvalidXLogRecPtr && !RecoveryInProgress() && lsn > GetFlushRecPtr(NULL))
+		XLogFlush(lsn);
 }
 
 /* From _PG_init: a part to request and set up with the others. */

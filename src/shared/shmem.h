@@ -45,8 +45,13 @@ typedef struct SeckillShared
 	bool		sales_from_database;	/* Redis unreachable: selling from PostgreSQL alone */
 	int			connect_failures;	/* worker starts in a row that could not reach seckill.database */
 	bool		fenced;			/* a newer primary sells through this Redis (worker/epoch.c) */
+	pg_atomic_uint64 orders_lsn;	/* the end of the worker's last commit of
+									 * orders, maybe not flushed yet;
+									 * PG_UINT64_MAX while it commits */
 } SeckillShared;
 
 extern SeckillShared *seckill_shared;
+
+extern void seckill_orders_flush(void);
 
 #endif							/* SECKILL_SHMEM_H */

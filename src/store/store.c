@@ -19,6 +19,7 @@
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "pgstat.h"
+#include "replication/syncrep.h"
 #include "shared/shmem.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -70,6 +71,47 @@ store_commit(void)
 	MemoryContextSwitchTo(caller_cxt);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	pgstat_report_stat(false);
+}
+
+/*
+ * Commit without waiting for the WAL to reach the disk, where the commit
+ * would wait for nothing more than that (no synchronous standby): returns
+ * the commit record's end, which must be flushed (XLogFlush) before anyone
+ * is told of the commit.  Returns InvalidXLogRecPtr when the commit waited
+ * as usual, or wrote nothing.  seckill_shared->orders_lsn says how far the
+ * WAL must be flushed before an order read may be reported
+ * (seckill_orders_flush).
+ */
+XLogRecPtr
+store_commit_unflushed(void)
+{
+	int			level = synchronous_commit;
+	XLogRecPtr	lsn;
+
+	if (level > SYNCHRONOUS_COMMIT_LOCAL_FLUSH && SyncRepStandbyNames != NULL &&
+		SyncRepStandbyNames[0] != '\0')
+	{
+		store_commit();
+		return InvalidXLogRecPtr;
+	}
+	XactLastCommitEnd = InvalidXLogRecPtr;
+	/* readers who see these orders before the end is known flush all */
+	pg_atomic_write_u64(&seckill_shared->orders_lsn, PG_UINT64_MAX);
+	pg_memory_barrier();
+	synchronous_commit = SYNCHRONOUS_COMMIT_OFF;
+	PG_TRY();
+	{
+		store_commit();
+	}
+	PG_FINALLY();
+	{
+		synchronous_commit = level;
+	}
+	PG_END_TRY();
+	lsn = XactLastCommitEnd;
+	pg_memory_barrier();
+	pg_atomic_write_u64(&seckill_shared->orders_lsn, lsn);
+	return lsn;
 }
 
 /* After an error: roll back whatever transaction is open. */
@@ -469,6 +511,15 @@ store_log_compensation(int64 request_id, int64 campaign_id, const char *user_id,
 		elog(ERROR, "logging a compensation failed: %s", SPI_result_code_string(rc));
 }
 
+static int
+int64_cmp(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return x < y ? -1 : x > y;
+}
+
 /* Inside a transaction: which of these order ids were committed? */
 bool *
 store_orders_exist(const int64 *ids, int n)
@@ -476,23 +527,28 @@ store_orders_exist(const int64 *ids, int n)
 	Oid			types[1] = {INT8ARRAYOID};
 	Datum		values[1];
 	bool	   *exists = MemoryContextAllocZero(caller_cxt, sizeof(bool) * n);
+	int64	   *found;
 	int			rc;
 
+	/* an order committed without a flush is settled only once it is durable */
+	seckill_orders_flush();
 	if (exist_plan == NULL)
 		exist_plan = prepare("SELECT id FROM seckill.orders WHERE id = ANY ($1)", 1, types);
 	values[0] = int8_array(ids, n);
 	rc = SPI_execute_plan(exist_plan, values, NULL, true, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "reading orders failed: %s", SPI_result_code_string(rc));
+	/* a journal left by a long outage may hold many: sorted, then searched */
+	found = palloc(sizeof(int64) * Max(SPI_processed, 1));
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		bool		isnull;
-		int64		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
 
-		for (int i = 0; i < n; i++)
-			if (ids[i] == id)
-				exists[i] = true;
+		found[r] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
 	}
+	qsort(found, SPI_processed, sizeof(int64), int64_cmp);
+	for (int i = 0; i < n; i++)
+		exists[i] = bsearch(&ids[i], found, SPI_processed, sizeof(int64), int64_cmp) != NULL;
 	return exists;
 }
 

@@ -66,6 +66,7 @@ extern bool store_sales_from_database;
 
 extern void store_begin(const char *activity);
 extern void store_commit(void);
+extern XLogRecPtr store_commit_unflushed(void);
 extern void store_abort(void);
 extern void store_take_order_ids(int64 *ids, int n, int64 (*record) (int64 first, int64 last));
 extern void store_forget_order_ids(void);

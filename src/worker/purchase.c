@@ -15,6 +15,7 @@
  */
 #include "worker/purchase.h"
 
+#include "access/xlog.h"
 #include "redis/redis.h"
 #include "shared/campaign_cache.h"
 #include "shared/shmem.h"
@@ -36,6 +37,18 @@ static RoundItem *stage_items = NULL;
 static SkOrder *stage_orders = NULL;
 static int	nstaged = 0;
 static bool stage_committed = false;
+static XLogRecPtr stage_lsn = InvalidXLogRecPtr;	/* its commit, if not flushed */
+
+/*
+ * Orders committed without waiting for the WAL flush (store_commit_unflushed):
+ * their callers flush before they answer, and their journal entries are
+ * settled only once the WAL is flushed past unflushed_lsn, so that a crash
+ * that takes the commit back finds them in the journal.
+ */
+static SkOrder *unflushed = NULL;
+static int	nunflushed = 0;
+static int	max_unflushed = 0;
+static XLogRecPtr unflushed_lsn = InvalidXLogRecPtr;
 
 /* The install_generation our order ids belong to. */
 static uint32 seen_generation = 0;
@@ -323,39 +336,101 @@ stage(Purchase *accepted, int n)
 }
 
 /*
+ * The journal entries of the orders committed without a flush go to the
+ * next pipeline once the WAL is flushed that far: by then a caller has
+ * flushed it, as a rule; with wait, the worker flushes it itself.
+ */
+static void
+settle_flushed(bool wait)
+{
+	if (nunflushed == 0)
+		return;
+	if (unflushed_lsn > GetFlushRecPtr(NULL))
+	{
+		if (!wait)
+			return;
+		XLogFlush(unflushed_lsn);
+	}
+	for (int i = 0; i < nunflushed; i++)
+		sk_journal_settle(&unflushed[i]);
+	nunflushed = 0;
+}
+
+/* A committed order whose journal entries wait for the WAL flush of lsn. */
+static void
+settle_after_flush(const SkOrder *order, XLogRecPtr lsn)
+{
+	if (nunflushed == max_unflushed)
+	{
+		max_unflushed = Max(64, max_unflushed * 2);
+		unflushed = unflushed == NULL ?
+			MemoryContextAlloc(TopMemoryContext, sizeof(SkOrder) * max_unflushed) :
+			repalloc(unflushed, sizeof(SkOrder) * max_unflushed);
+	}
+	unflushed[nunflushed] = *order;
+	unflushed[nunflushed].user_id = NULL;	/* the journal needs only the ids */
+	nunflushed++;
+	unflushed_lsn = lsn;
+}
+
+/*
  * Commit the staged orders in one transaction and answer their callers; the
- * journal entries of the committed ones are dropped by the next pipeline.
- * Uses no Redis: it may run while a pipeline is in flight.
+ * journal entries of the committed ones are dropped by a later pipeline.
+ * The commit does not wait for the WAL flush (unless a synchronous standby
+ * must confirm it): each caller told ok flushes it first, so that "ok"
+ * still means durable, and the worker goes on with the next round
+ * meanwhile.  Uses no Redis: it may run while a pipeline is in flight.
  */
 static void
 commit_stage(void)
 {
+	XLogRecPtr	lsn;
+
 	if (nstaged == 0 || stage_committed)
 		return;
+	settle_flushed(false);
 	seckill_crash_if(SK_CRASH_AFTER_RESERVE);
 	store_begin("seckill: commit orders");
 	store_commit_orders(stage_orders, nstaged, true);
-	store_commit();
+	lsn = stage_lsn = store_commit_unflushed();
 	stage_committed = true;
 	pg_atomic_fetch_add_u64(&seckill_figures->counters.commits, 1);
 	seckill_crash_if(SK_CRASH_AFTER_COMMIT);
 	for (int i = 0; i < nstaged; i++)
-		if (stage_orders[i].outcome == SK_OK)
+		if (stage_orders[i].outcome != SK_OK)
+			continue;
+		else if (lsn == InvalidXLogRecPtr)
 			sk_journal_settle(&stage_orders[i]);
+		else
+			settle_after_flush(&stage_orders[i], lsn);
 	if (sk_redis_in_flight())
 		seckill_crash_if(SK_CRASH_OVERLAPPED);
 	else if (seckill_crash_point == SK_CRASH_BEFORE_WAKE)
 	{
+		settle_flushed(true);
 		sk_journal_flush_settles();
 		seckill_crash_if(SK_CRASH_BEFORE_WAKE);
 	}
 	for (int i = 0; i < nstaged; i++)
 	{
 		stage_items[i].reply.status = stage_orders[i].outcome;
+		stage_items[i].reply.flush_lsn = InvalidXLogRecPtr;
 		if (stage_orders[i].outcome == SK_OK)
+		{
 			stage_items[i].reply.order_id = stage_orders[i].id;
+			stage_items[i].reply.flush_lsn = lsn;
+		}
 		sk_answer(&stage_items[i]);
 	}
+}
+
+static void
+empty_stage(void)
+{
+	nstaged = 0;
+	stage_committed = false;
+	if (stage_cxt)
+		MemoryContextReset(stage_cxt);
 }
 
 /* What PostgreSQL refused of the committed stage goes back to Redis; the stage empties. */
@@ -364,8 +439,15 @@ give_back_refused(void)
 {
 	if (nstaged == 0 || !stage_committed)
 		return;
+	/* the compensations logged with the orders are durable before Redis hears of them */
+	for (int i = 0; i < nstaged; i++)
+		if (stage_orders[i].outcome != SK_OK && stage_lsn != InvalidXLogRecPtr)
+		{
+			XLogFlush(stage_lsn);
+			break;
+		}
 	sk_journal_give_back(stage_orders, nstaged);
-	sk_purchase_forget();
+	empty_stage();
 }
 
 bool
@@ -379,6 +461,8 @@ sk_purchase_flush(void)
 {
 	commit_stage();
 	give_back_refused();
+	/* what follows (a replay, a rebuild, sales without Redis) reads durable orders only */
+	settle_flushed(true);
 }
 
 /*
@@ -388,10 +472,9 @@ sk_purchase_flush(void)
 void
 sk_purchase_forget(void)
 {
-	nstaged = 0;
-	stage_committed = false;
-	if (stage_cxt)
-		MemoryContextReset(stage_cxt);
+	empty_stage();
+	/* their journal entries stay: the replay flushes, then settles them */
+	nunflushed = 0;
 }
 
 void

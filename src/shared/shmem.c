@@ -9,6 +9,7 @@
 #include "shared/shmem.h"
 
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
@@ -42,6 +43,24 @@ shared_init(void *base, bool found, LWLockPadded *lwlocks)
 }
 
 /*
+ * The end of the WAL inserted so far.  GetXLogInsertRecPtr() names the first
+ * byte a record would use: right after a page's header when the WAL has just
+ * filled the page before, a position XLogFlush refuses as past the end of
+ * the WAL.  (PostgreSQL 16 has GetXLogInsertEndRecPtr for this.)
+ */
+static XLogRecPtr
+inserted_end(void)
+{
+	XLogRecPtr	ptr = GetXLogInsertRecPtr();
+
+	if (XLogSegmentOffset(ptr, wal_segment_size) == SizeOfXLogLongPHD)
+		return ptr - SizeOfXLogLongPHD;
+	if (ptr % XLOG_BLCKSZ == SizeOfXLogShortPHD)
+		return ptr - SizeOfXLogShortPHD;
+	return ptr;
+}
+
+/*
  * An order was read that the worker may have committed without waiting for
  * the WAL flush (store_commit_unflushed): flush the WAL that far before the
  * read is reported to anyone, so that no answer names an order a crash
@@ -55,7 +74,7 @@ seckill_orders_flush(void)
 	pg_memory_barrier();
 	lsn = pg_atomic_read_u64(&seckill_shared->orders_lsn);
 	if (lsn == PG_UINT64_MAX)
-		lsn = GetXLogInsertRecPtr();
+		lsn = inserted_end();
 	if (lsn != InvalidXLogRecPtr && !RecoveryInProgress() && lsn > GetFlushRecPtr(NULL))
 		XLogFlush(lsn);
 }

@@ -86,6 +86,7 @@ XLogRecPtr
 store_commit_unflushed(void)
 {
 	int			level = synchronous_commit;
+	uint64		before = pg_atomic_read_u64(&seckill_shared->orders_lsn);
 	XLogRecPtr	lsn;
 
 	if (level > SYNCHRONOUS_COMMIT_LOCAL_FLUSH && SyncRepStandbyNames != NULL &&
@@ -103,14 +104,18 @@ store_commit_unflushed(void)
 	{
 		store_commit();
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
+		/* nothing committed */
 		synchronous_commit = level;
+		pg_atomic_write_u64(&seckill_shared->orders_lsn, before);
+		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	synchronous_commit = level;
 	lsn = XactLastCommitEnd;
 	pg_memory_barrier();
-	pg_atomic_write_u64(&seckill_shared->orders_lsn, lsn);
+	pg_atomic_write_u64(&seckill_shared->orders_lsn, lsn != InvalidXLogRecPtr ? lsn : before);
 	return lsn;
 }
 

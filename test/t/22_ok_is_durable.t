@@ -15,30 +15,36 @@ set -uo pipefail
 
 sale_begin "durable-$(date +%s)-$$" 30000
 worker_up() { seckill_pg_ready && [ -n "$(seckill_worker_pid 2>/dev/null)" ]; }
-psql_val "CREATE TABLE told (crowd text, order_id bigint, user_id text)" >/dev/null
+psql_val "CREATE TABLE told (crowd text, status text, order_id bigint, user_id text)" >/dev/null
 
-# crowd name: 16 sessions of 1,500 purchases each, in the background (pids in
-# CROWD_PIDS), each answer a line "status|order_id|user" in its own file
+# crowd name: 16 sessions of 1,500 purchases each, every tenth by a buyer of
+# the session asking again, in the background (pids in CROWD_PIDS), each
+# answer a line "status|order_id|user" in its own file
 crowd() {
 	CROWD_PIDS=()
 	for c in $(seq 1 16); do
 		awk -v name="$1" -v c="$c" -v goods="$SALE_GOODS" -v q="'" 'BEGIN {
 			for (i = 1; i <= 1500; i++)
 				printf "SELECT status, order_id, u FROM (SELECT %s%s-%d-%d%s::text AS u) x, seckill_buy(u, %s%s%s);\n",
-					q, name, c, i, q, q, goods, q
+					q, name, c, i % 10 == 0 ? i - 5 : i, q, q, goods, q
 		}' >"$SALE_WORK/$1-$c.sql"
 		psql -XAtq -f "$SALE_WORK/$1-$c.sql" >"$SALE_WORK/$1-$c.out" 2>"$SALE_WORK/$1-$c.err" &
 		CROWD_PIDS+=($!)
 	done
 }
 
-# told name: the oks the crowd's clients received, and how many have no order
+# told name: the orders the crowd's clients were told of (ok, and duplicate
+# with the order held), and how many of each have no committed order:
+# "oks lost duplicates lost"
 told() {
-	cat "$SALE_WORK/$1"-*.out | awk -F'|' -v name="$1" '$1 == "ok" { print name "|" $2 "|" $3 }' >"$SALE_WORK/$1.told"
+	cat "$SALE_WORK/$1"-*.out | awk -F'|' -v name="$1" '($1 == "ok" || $1 == "duplicate") && $2 != "" {
+		print name "|" $1 "|" $2 "|" $3 }' >"$SALE_WORK/$1.told"
 	psql -Xq -v ON_ERROR_STOP=1 -c "\\copy told FROM '$SALE_WORK/$1.told' (FORMAT csv, DELIMITER '|')"
-	psql_val "SELECT count(*) || ' ' || count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM seckill.orders o
-		WHERE o.id = t.order_id AND o.user_id = t.user_id AND o.campaign_id = $SALE_CID AND o.status <> 'cancelled'))
-		FROM told t WHERE crowd = '$1'"
+	psql_val "SELECT string_agg(n || ' ' || lost, ' ' ORDER BY status DESC) FROM (
+		SELECT status, count(*) n, count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM seckill.orders o
+			WHERE o.id = t.order_id AND o.user_id = t.user_id AND o.campaign_id = $SALE_CID
+			AND o.status <> 'cancelled')) lost
+		FROM told t WHERE crowd = '$1' GROUP BY status) s"
 }
 
 # crash name how: a crowd, the crash once 3,000 more orders are in, the
@@ -58,9 +64,11 @@ crash() {
 	ok "[ $? -eq 0 ]" "$1: cluster and worker back"
 	diag "$1: back in $(($(date +%s%3N) - started)) ms"
 	wait "${CROWD_PIDS[@]}" # their connections died with the cluster
-	read -r oks lost <<<"$(told "$1")"
+	read -r oks lost duplicates lost_duplicates <<<"$(told "$1")"
 	ok "[ ${oks:-0} -ge 3000 ]" "$1: the clients were told ok ${oks:-0} times"
 	is "${lost:-?}" 0 "$1: every ok a client was told has its committed order"
+	ok "[ ${duplicates:-0} -gt 0 ]" "$1: buyers asking again were told duplicate ${duplicates:-0} times, with their order"
+	is "${lost_duplicates:-?}" 0 "$1: every order a duplicate answer named is committed"
 	diag "$1: answers $(cat "$SALE_WORK/$1"-*.out | cut -d'|' -f1 | sort | uniq -c | tr -s ' \n' ' ')"
 }
 

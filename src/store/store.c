@@ -106,9 +106,10 @@ store_commit_unflushed(void)
 	}
 	PG_CATCH();
 	{
-		/* nothing committed */
+		/* the commit record, if written before the error, is what readers flush */
 		synchronous_commit = level;
-		pg_atomic_write_u64(&seckill_shared->orders_lsn, before);
+		pg_atomic_write_u64(&seckill_shared->orders_lsn,
+							XactLastCommitEnd != InvalidXLogRecPtr ? XactLastCommitEnd : before);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();

@@ -40,15 +40,20 @@ static bool stage_committed = false;
 static XLogRecPtr stage_lsn = InvalidXLogRecPtr;	/* its commit, if not flushed */
 
 /*
- * Orders committed without waiting for the WAL flush (store_commit_unflushed):
- * their callers flush before they answer, and their journal entries are
- * settled only once the WAL is flushed past unflushed_lsn, so that a crash
- * that takes the commit back finds them in the journal.
+ * Orders committed without waiting for the WAL flush (store_commit_unflushed),
+ * in commit order: their callers flush before they answer, and their journal
+ * entries are settled only once the WAL is flushed past their commit, so
+ * that a crash that takes the commit back finds them in the journal.
  */
-static SkOrder *unflushed = NULL;
+typedef struct Unflushed
+{
+	SkOrder		order;
+	XLogRecPtr	lsn;			/* the end of its commit */
+} Unflushed;
+
+static Unflushed *unflushed = NULL;
 static int	nunflushed = 0;
 static int	max_unflushed = 0;
-static XLogRecPtr unflushed_lsn = InvalidXLogRecPtr;
 
 /* The install_generation our order ids belong to. */
 static uint32 seen_generation = 0;
@@ -336,24 +341,26 @@ stage(Purchase *accepted, int n)
 }
 
 /*
- * The journal entries of the orders committed without a flush go to the
- * next pipeline once the WAL is flushed that far: by then a caller has
- * flushed it, as a rule; with wait, the worker flushes it itself.
+ * The journal entries of the orders whose commit is on disk go to the next
+ * pipeline: as a rule a caller has flushed it by then; with wait, the
+ * worker flushes what is left itself.  Called while no pipeline is in
+ * flight, so that the journal's list may make room.
  */
 static void
 settle_flushed(bool wait)
 {
+	XLogRecPtr	flushed;
+	int			done = 0;
+
 	if (nunflushed == 0)
 		return;
-	if (unflushed_lsn > GetFlushRecPtr(NULL))
-	{
-		if (!wait)
-			return;
-		XLogFlush(unflushed_lsn);
-	}
-	for (int i = 0; i < nunflushed; i++)
-		sk_journal_settle(&unflushed[i]);
-	nunflushed = 0;
+	if (wait)
+		XLogFlush(unflushed[nunflushed - 1].lsn);
+	flushed = GetFlushRecPtr(NULL);
+	while (done < nunflushed && unflushed[done].lsn <= flushed)
+		sk_journal_settle(&unflushed[done++].order);
+	nunflushed -= done;
+	memmove(unflushed, unflushed + done, sizeof(Unflushed) * nunflushed);
 }
 
 /* A committed order whose journal entries wait for the WAL flush of lsn. */
@@ -364,13 +371,13 @@ settle_after_flush(const SkOrder *order, XLogRecPtr lsn)
 	{
 		max_unflushed = Max(64, max_unflushed * 2);
 		unflushed = unflushed == NULL ?
-			MemoryContextAlloc(TopMemoryContext, sizeof(SkOrder) * max_unflushed) :
-			repalloc(unflushed, sizeof(SkOrder) * max_unflushed);
+			MemoryContextAlloc(TopMemoryContext, sizeof(Unflushed) * max_unflushed) :
+			repalloc(unflushed, sizeof(Unflushed) * max_unflushed);
 	}
-	unflushed[nunflushed] = *order;
-	unflushed[nunflushed].user_id = NULL;	/* the journal needs only the ids */
+	unflushed[nunflushed].order = *order;
+	unflushed[nunflushed].order.user_id = NULL; /* the journal needs only the ids */
+	unflushed[nunflushed].lsn = lsn;
 	nunflushed++;
-	unflushed_lsn = lsn;
 }
 
 /*
@@ -388,7 +395,6 @@ commit_stage(void)
 
 	if (nstaged == 0 || stage_committed)
 		return;
-	settle_flushed(false);
 	seckill_crash_if(SK_CRASH_AFTER_RESERVE);
 	store_begin("seckill: commit orders");
 	store_commit_orders(stage_orders, nstaged, true);
@@ -495,6 +501,7 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 	ids = palloc(sizeof(int64) * n);
 	take_order_ids(ids, n);
 
+	settle_flushed(false);
 	sk_pipeline_init(&p);
 	nsettles = sk_journal_add_settles(&p);
 	for (int i = 0; i < n; i++)

@@ -15,7 +15,7 @@ set -uo pipefail
 
 sale_begin "durable-$(date +%s)-$$" 30000
 worker_up() { seckill_pg_ready && [ -n "$(seckill_worker_pid 2>/dev/null)" ]; }
-psql_val "CREATE TABLE told (crowd text, status text, order_id bigint, user_id text)" >/dev/null
+psql_val "DROP TABLE IF EXISTS told; CREATE TABLE told (crowd text, status text, order_id bigint, user_id text)" >/dev/null
 
 # crowd name: 16 sessions of 1,500 purchases each, every tenth by a buyer of
 # the session asking again, in the background (pids in CROWD_PIDS), each
@@ -65,8 +65,9 @@ crash() {
 	diag "$1: back in $(($(date +%s%3N) - started)) ms"
 	wait "${CROWD_PIDS[@]}" # their connections died with the cluster
 	read -r oks lost duplicates lost_duplicates <<<"$(told "$1")"
-	ok "[ ${oks:-0} -ge 3000 ]" "$1: the clients were told ok ${oks:-0} times"
+	ok "[ ${oks:-0} -ge 2000 ]" "$1: the clients were told ok ${oks:-0} times"
 	is "${lost:-?}" 0 "$1: every ok a client was told has its committed order"
+	# (their own ok came first, flushed: this checks the look-up, not its flush)
 	ok "[ ${duplicates:-0} -gt 0 ]" "$1: buyers asking again were told duplicate ${duplicates:-0} times, with their order"
 	is "${lost_duplicates:-?}" 0 "$1: every order a duplicate answer named is committed"
 	diag "$1: answers $(cat "$SALE_WORK/$1"-*.out | cut -d'|' -f1 | sort | uniq -c | tr -s ' \n' ' ')"

@@ -391,24 +391,22 @@ settle_after_flush(const SkOrder *order, XLogRecPtr lsn)
 static void
 commit_stage(void)
 {
-	XLogRecPtr	lsn;
-
 	if (nstaged == 0 || stage_committed)
 		return;
 	seckill_crash_if(SK_CRASH_AFTER_RESERVE);
 	store_begin("seckill: commit orders");
 	store_commit_orders(stage_orders, nstaged, true);
-	lsn = stage_lsn = store_commit_unflushed();
+	stage_lsn = store_commit_unflushed();
 	stage_committed = true;
 	pg_atomic_fetch_add_u64(&seckill_figures->counters.commits, 1);
 	seckill_crash_if(SK_CRASH_AFTER_COMMIT);
 	for (int i = 0; i < nstaged; i++)
 		if (stage_orders[i].outcome != SK_OK)
 			continue;
-		else if (lsn == InvalidXLogRecPtr)
+		else if (stage_lsn == InvalidXLogRecPtr)
 			sk_journal_settle(&stage_orders[i]);
 		else
-			settle_after_flush(&stage_orders[i], lsn);
+			settle_after_flush(&stage_orders[i], stage_lsn);
 	if (sk_redis_in_flight())
 		seckill_crash_if(SK_CRASH_OVERLAPPED);
 	else if (seckill_crash_point == SK_CRASH_BEFORE_WAKE)
@@ -424,7 +422,7 @@ commit_stage(void)
 		if (stage_orders[i].outcome == SK_OK)
 		{
 			stage_items[i].reply.order_id = stage_orders[i].id;
-			stage_items[i].reply.flush_lsn = lsn;
+			stage_items[i].reply.flush_lsn = stage_lsn;
 		}
 		sk_answer(&stage_items[i]);
 	}
@@ -446,8 +444,8 @@ give_back_refused(void)
 	if (nstaged == 0 || !stage_committed)
 		return;
 	/* the compensations logged with the orders are durable before Redis hears of them */
-	for (int i = 0; i < nstaged; i++)
-		if (stage_orders[i].outcome != SK_OK && stage_lsn != InvalidXLogRecPtr)
+	for (int i = 0; i < nstaged && stage_lsn != InvalidXLogRecPtr; i++)
+		if (stage_orders[i].outcome != SK_OK)
 		{
 			XLogFlush(stage_lsn);
 			break;

@@ -20,6 +20,7 @@
 
 PG_FUNCTION_INFO_V1(seckill_stats_rows);
 PG_FUNCTION_INFO_V1(seckill_stats_reset);
+PG_FUNCTION_INFO_V1(seckill_slots_in_use_now);
 PG_FUNCTION_INFO_V1(seckill_redis_nodes_rows);
 PG_FUNCTION_INFO_V1(seckill_campaign_nodes_rows);
 
@@ -127,6 +128,17 @@ seckill_stats_reset(PG_FUNCTION_ARGS)
 {
 	seckill_check_database();
 	PG_RETURN_TIMESTAMPTZ(seckill_stats_reset_all());
+}
+
+/*
+ * seckill.slots_in_use() RETURNS int: the request slots not free now
+ * (seckill.stats' slots_in_use), live like in_flight.
+ */
+Datum
+seckill_slots_in_use_now(PG_FUNCTION_ARGS)
+{
+	seckill_check_database();
+	PG_RETURN_INT32(seckill_slots_in_use());
 }
 
 /*

@@ -432,6 +432,28 @@ seckill_call(const SeckillRequest *request)
 	return reply;
 }
 
+/*
+ * Slots not free: requests pending, with the worker, or answered and not yet
+ * read, and those given up on that the worker has not dropped yet.  With no
+ * calls under way it is 0: a higher figure then is a slot lost.
+ */
+int
+seckill_slots_in_use(void)
+{
+	int			n = 0;
+
+	for (int i = 0; i < seckill_slot_count(); i++)
+	{
+		SeckillSlot *slot = &seckill_slots[i];
+
+		SpinLockAcquire(&slot->mutex);
+		if (slot->state != SLOT_FREE)
+			n++;
+		SpinLockRelease(&slot->mutex);
+	}
+	return n;
+}
+
 /* Worker: nothing queued? */
 bool
 seckill_queue_empty(void)

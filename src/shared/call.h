@@ -127,6 +127,7 @@ extern void seckill_call_register(void);
 extern int	seckill_slot_count(void);
 extern int	seckill_home_slot(void);
 extern const char *seckill_request_kind_name(SeckillRequestKind kind);
+extern int	seckill_slots_in_use(void);
 
 /* backends */
 extern void seckill_check_database(void);

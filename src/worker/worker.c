@@ -446,6 +446,7 @@ serve_locks(RoundItem *items, int nitems, SeckillRequestKind kind)
 #define OVERLAPPED_ROUNDS 16
 
 /* A round's requests: allocated once, so that nothing can fail between drain and take. */
+static int *slots = NULL;
 static RoundItem *items = NULL;
 static RoundItem **buys = NULL;
 
@@ -556,23 +557,8 @@ sql_current(void)
 }
 
 static void
-serve_round(const int *slots, int n)
+serve_round(int nitems, int nbuys)
 {
-	int			nitems = 0,
-				nbuys = 0;
-
-	for (int i = 0; i < n; i++)
-	{
-		RoundItem  *item = &items[nitems];
-
-		memset(item, 0, sizeof(RoundItem));
-		if (!seckill_slot_take(slots[i], &item->request, &item->seq))
-			continue;
-		item->slot = slots[i];
-		nitems++;
-		if (item->request.kind == SK_REQ_BUY)
-			buys[nbuys++] = item;
-	}
 	pg_atomic_fetch_add_u64(&seckill_figures->counters.rounds, 1);
 	if (!sql_current())
 	{
@@ -606,11 +592,36 @@ serve_round(const int *slots, int n)
 			serve_or_hold(&items[i]);
 }
 
-/* Take the queued requests of a round. */
+/*
+ * Take the queued requests of a round into items (the purchases also into
+ * buys): the number taken, and *nbuys.  Drained and taken with interrupts
+ * held, so that a cancel or SIGTERM never leaves a request out of the queue
+ * and not taken: every taken one is answered, or failed by the error
+ * boundary or the exit.
+ */
 static int
-drain(int *slots)
+take_round(int *nbuys)
 {
-	return seckill_queue_drain(slots, Min(seckill_batch_size, seckill_slot_count()));
+	int			n,
+				nitems = 0;
+
+	*nbuys = 0;
+	HOLD_INTERRUPTS();
+	n = seckill_queue_drain(slots, Min(seckill_batch_size, seckill_slot_count()));
+	for (int i = 0; i < n; i++)
+	{
+		RoundItem  *item = &items[nitems];
+
+		memset(item, 0, sizeof(RoundItem));
+		if (!seckill_slot_take(slots[i], &item->request, &item->seq))
+			continue;
+		item->slot = slots[i];
+		nitems++;
+		if (item->request.kind == SK_REQ_BUY)
+			buys[(*nbuys)++] = item;
+	}
+	RESUME_INTERRUPTS();
+	return nitems;
 }
 
 /*
@@ -620,15 +631,16 @@ drain(int *slots)
  * work) waits at most OVERLAPPED_ROUNDS rounds.
  */
 static void
-serve_rounds(int *slots, int n)
+serve_rounds(int nitems, int nbuys)
 {
-	serve_round(slots, n);
+	serve_round(nitems, nbuys);
 	for (int more = 0; more < OVERLAPPED_ROUNDS && sk_purchase_staged() &&
-		 !ConfigReloadPending && GetCurrentTimestamp() < keeper_due && (n = drain(slots)) > 0; more++)
+		 !ConfigReloadPending && GetCurrentTimestamp() < keeper_due &&
+		 (nitems = take_round(&nbuys)) > 0; more++)
 	{
 		CHECK_FOR_INTERRUPTS();
 		MemoryContextReset(round_cxt);
-		serve_round(slots, n);
+		serve_round(nitems, nbuys);
 	}
 	sk_purchase_flush();
 }
@@ -827,7 +839,6 @@ recover_from_error(void)
 void
 seckill_worker_main(Datum main_arg)
 {
-	int		   *slots;
 	sigjmp_buf	local_sigjmp_buf;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -871,7 +882,8 @@ seckill_worker_main(Datum main_arg)
 
 	for (;;)
 	{
-		int			n;
+		int			n,
+					nbuys;
 		long		due;
 		long		kept_due;
 
@@ -907,10 +919,10 @@ seckill_worker_main(Datum main_arg)
 		/* a lease kept for a caller's next batch, and the caller stopped asking */
 		kept_due = sk_lease_give_kept_if_idle();
 
-		n = drain(slots);
+		n = take_round(&nbuys);
 		if (n > 0)
 		{
-			serve_rounds(slots, n);
+			serve_rounds(n, nbuys);
 			errors_in_row = 0;
 			if (long_work_wait() > 0)
 				continue;

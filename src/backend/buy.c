@@ -319,7 +319,12 @@ buy(FunctionCallInfo fcinfo, SeckillRequest *request, const char *goods, const c
 	if (reply.status == SK_OK)
 		*order_id = reply.order_id;
 	else if (reply.status == SK_DUPLICATE)
-		*order_id = held_order(request->campaign_id, request->user_id);
+	{
+		/* the worker read it after the reservation that made the user a buyer was settled */
+		*order_id = reply.order_id;
+		if (*order_id == 0)
+			*order_id = held_order(request->campaign_id, request->user_id);
+	}
 	return reply.status;
 }
 

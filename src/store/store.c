@@ -586,6 +586,50 @@ store_have_active_order(int64 campaign_id, const char **users, int n)
 	return active;
 }
 
+/*
+ * Inside a transaction: into held, the order held by the user of each order
+ * whose outcome is SK_DUPLICATE: the active one, else, where the campaign
+ * refuses a rebuy after a cancel, the cancelled one; 0 when the user holds
+ * none (the reservation that made them a buyer in Redis was refused).
+ * Orders this transaction inserted are seen.
+ */
+void
+store_name_held_orders(SkOrder *orders, int n)
+{
+	Oid			types[2] = {INT8ARRAYOID, TEXTARRAYOID};
+	Datum		values[2];
+	Datum	   *campaigns = palloc(sizeof(Datum) * n);
+	Datum	   *users = palloc(sizeof(Datum) * n);
+	int		   *from = palloc(sizeof(int) * n);
+	int			nd = 0;
+
+	for (int i = 0; i < n; i++)
+		if (orders[i].outcome == SK_DUPLICATE)
+		{
+			campaigns[nd] = Int64GetDatum(orders[i].campaign_id);
+			users[nd] = CStringGetTextDatum(orders[i].user_id);
+			from[nd++] = i;
+		}
+	if (nd == 0)
+		return;
+	values[0] = PointerGetDatum(construct_array(campaigns, nd, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[1] = PointerGetDatum(construct_array(users, nd, TEXTOID, -1, false, TYPALIGN_INT));
+	run_kept("SELECT DISTINCT ON (r.i) r.i, o.id"
+			 " FROM ROWS FROM (unnest($1), unnest($2)) WITH ORDINALITY AS r(campaign_id, user_id, i)"
+			 " JOIN seckill.orders o ON o.campaign_id = r.campaign_id AND o.user_id = r.user_id"
+			 " JOIN seckill.campaigns c ON c.id = r.campaign_id"
+			 " WHERE o.status <> 'cancelled' OR NOT c.rebuy_after_cancel"
+			 " ORDER BY r.i, o.status = 'cancelled', o.id DESC",
+			 2, types, values, SPI_OK_SELECT);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		int64		i = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+
+		orders[from[i - 1]].held = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
+	}
+}
+
 /* A campaign's token secret, as seckill.token_secrets holds it, into its limits. */
 void
 store_token_secret_copy(const bytea *secret, SeckillLimits *limits)

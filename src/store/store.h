@@ -27,6 +27,7 @@ typedef struct SkOrder
 	int			nshards;		/* the campaign's stock shards */
 	int			home;			/* the user's home shard: its buyer entry */
 	int			stock_shard;	/* the shard its stock came from */
+	int64		held;			/* SK_DUPLICATE: the order the user holds, 0 if none */
 } SkOrder;
 
 typedef struct SkCampaignRow
@@ -76,6 +77,7 @@ extern void store_log_compensation(int64 request_id, int64 campaign_id,
 								   const char *user_id, int qty, const char *reason);
 extern bool *store_orders_exist(const int64 *ids, int n);
 extern bool *store_have_active_order(int64 campaign_id, const char **users, int n);
+extern void store_name_held_orders(SkOrder *orders, int n);
 extern bool store_campaign(int64 id, SkCampaignRow *row);
 extern List *store_preheated_campaigns(void);
 extern void store_set_database_mode(bool on);

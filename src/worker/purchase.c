@@ -36,6 +36,16 @@ static MemoryContext stage_cxt = NULL;
 static RoundItem *stage_items = NULL;
 static SkOrder *stage_orders = NULL;
 static int	nstaged = 0;
+
+/*
+ * The round's duplicates: Redis has the user among the buyers, but the
+ * reservation that put them there may be staged, or committed a moment ago.
+ * They are answered with the commit stage, with the id of the order the
+ * user holds, or busy when PostgreSQL refused that reservation.
+ */
+static RoundItem *stage_dups = NULL;
+static SkOrder *dup_orders = NULL;
+static int	ndups = 0;
 static bool stage_committed = false;
 static XLogRecPtr stage_lsn = InvalidXLogRecPtr;	/* its commit, if not flushed */
 
@@ -79,6 +89,20 @@ status_from_script(const char *s)
 		if (strcmp(s, seckill_status_name(statuses[i])) == 0)
 			return statuses[i];
 	return SK_ERR_REDIS_REFUSED;
+}
+
+/*
+ * A duplicate's answer: the order the user holds, durable before the caller
+ * names it (it may be one committed unflushed); busy when the user holds
+ * none, since PostgreSQL refused the reservation that made them a buyer.
+ */
+static void
+reply_duplicate(SeckillReply *reply, const SkOrder *order)
+{
+	reply->status = order->held != 0 ? SK_DUPLICATE : SK_BUSY;
+	reply->order_id = order->held;
+	reply->flush_lsn = order->held != 0 ?
+		pg_atomic_read_u64(&seckill_shared->orders_lsn) : InvalidXLogRecPtr;
 }
 
 /*
@@ -127,6 +151,7 @@ sk_purchase_from_database(RoundItem **items, int n)
 		for (int i = 0; i < nsell; i++)
 			orders[sell_from[i]] = sell[i];
 	}
+	store_name_held_orders(orders, n);
 	store_commit();
 	if (entering)
 	{
@@ -141,6 +166,8 @@ sk_purchase_from_database(RoundItem **items, int n)
 		items[i]->reply.status = orders[i].outcome;
 		if (orders[i].outcome == SK_OK)
 			items[i]->reply.order_id = orders[i].id;
+		else if (orders[i].outcome == SK_DUPLICATE)
+			reply_duplicate(&items[i]->reply, &orders[i]);
 		else if (orders[i].outcome == SK_SOLD_OUT && orders[i].qty == 1)
 			seckill_campaign_note_sold_out(orders[i].campaign_id);
 		sk_answer(items[i]);
@@ -315,13 +342,13 @@ take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccept
 		sk_answer(done[i].item);
 }
 
-/* Stage a round's accepted purchases, for the group commit. */
+/* Stage a round's accepted purchases and its duplicates, for the group commit. */
 static void
-stage(Purchase *accepted, int n)
+stage(Purchase *accepted, int n, RoundItem **dups, int nd)
 {
 	MemoryContext old;
 
-	Assert(nstaged == 0);
+	Assert(nstaged == 0 && ndups == 0);
 	if (stage_cxt == NULL)
 		stage_cxt = AllocSetContextCreate(TopMemoryContext, "seckill commit stage", ALLOCSET_DEFAULT_SIZES);
 	/* the group commit wants them by id; those served by other shards came last */
@@ -335,8 +362,18 @@ stage(Purchase *accepted, int n)
 		stage_orders[i] = accepted[i].order;
 		stage_orders[i].user_id = stage_items[i].request.user_id;
 	}
+	stage_dups = palloc(sizeof(RoundItem) * nd);
+	dup_orders = palloc0(sizeof(SkOrder) * nd);
+	for (int i = 0; i < nd; i++)
+	{
+		stage_dups[i] = *dups[i];
+		dup_orders[i].campaign_id = stage_dups[i].request.campaign_id;
+		dup_orders[i].user_id = stage_dups[i].request.user_id;
+		dup_orders[i].outcome = SK_DUPLICATE;
+	}
 	MemoryContextSwitchTo(old);
 	nstaged = n;
+	ndups = nd;
 	stage_committed = false;
 }
 
@@ -391,15 +428,24 @@ settle_after_flush(const SkOrder *order, XLogRecPtr lsn)
 static void
 commit_stage(void)
 {
-	if (nstaged == 0 || stage_committed)
+	if ((nstaged == 0 && ndups == 0) || stage_committed)
 		return;
-	seckill_crash_if(SK_CRASH_AFTER_RESERVE);
+	if (nstaged > 0)
+		seckill_crash_if(SK_CRASH_AFTER_RESERVE);
 	store_begin("seckill: commit orders");
-	store_commit_orders(stage_orders, nstaged, true);
+	if (nstaged > 0)
+	{
+		store_commit_orders(stage_orders, nstaged, true);
+		store_name_held_orders(stage_orders, nstaged);
+	}
+	store_name_held_orders(dup_orders, ndups);
 	stage_lsn = store_commit_unflushed();
 	stage_committed = true;
-	pg_atomic_fetch_add_u64(&seckill_figures->counters.commits, 1);
-	seckill_crash_if(SK_CRASH_AFTER_COMMIT);
+	if (nstaged > 0)
+	{
+		pg_atomic_fetch_add_u64(&seckill_figures->counters.commits, 1);
+		seckill_crash_if(SK_CRASH_AFTER_COMMIT);
+	}
 	for (int i = 0; i < nstaged; i++)
 		if (stage_orders[i].outcome != SK_OK)
 			continue;
@@ -424,7 +470,14 @@ commit_stage(void)
 			stage_items[i].reply.order_id = stage_orders[i].id;
 			stage_items[i].reply.flush_lsn = stage_lsn;
 		}
+		else if (stage_orders[i].outcome == SK_DUPLICATE)
+			reply_duplicate(&stage_items[i].reply, &stage_orders[i]);
 		sk_answer(&stage_items[i]);
+	}
+	for (int i = 0; i < ndups; i++)
+	{
+		reply_duplicate(&stage_dups[i].reply, &dup_orders[i]);
+		sk_answer(&stage_dups[i]);
 	}
 }
 
@@ -432,6 +485,7 @@ static void
 empty_stage(void)
 {
 	nstaged = 0;
+	ndups = 0;
 	stage_committed = false;
 	if (stage_cxt)
 		MemoryContextReset(stage_cxt);
@@ -441,7 +495,7 @@ empty_stage(void)
 static void
 give_back_refused(void)
 {
-	if (nstaged == 0 || !stage_committed)
+	if ((nstaged == 0 && ndups == 0) || !stage_committed)
 		return;
 	/* the compensations logged with the orders are durable before Redis hears of them */
 	for (int i = 0; i < nstaged && stage_lsn != InvalidXLogRecPtr; i++)
@@ -457,7 +511,7 @@ give_back_refused(void)
 bool
 sk_purchase_staged(void)
 {
-	return nstaged > 0;
+	return nstaged > 0 || ndups > 0;
 }
 
 void
@@ -489,8 +543,10 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 	Purchase   *all = palloc0(sizeof(Purchase) * n);
 	Purchase   *accepted = palloc(sizeof(Purchase) * n);
 	Purchase   *pending = palloc(sizeof(Purchase) * n);
+	RoundItem **dups = palloc(sizeof(RoundItem *) * n);
 	int			naccepted = 0,
-				npending = 0;
+				npending = 0,
+				nd = 0;
 	int64	   *ids;
 	int			nsettles;
 
@@ -581,6 +637,8 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 					 "the purchase script answered \"%s\"", r->element[0].str);
 		if (reply->status == SK_OK)
 			accepted[naccepted++] = all[i];
+		else if (reply->status == SK_DUPLICATE)
+			dups[nd++] = items[i];
 		else
 			sk_answer(items[i]);
 		if (reply->status == SK_OK || reply->status == SK_SOLD_OUT)
@@ -591,8 +649,8 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 
 	/* after this round's replies, so that the stock it notes is the newest */
 	give_back_refused();
-	if (naccepted > 0)
-		stage(accepted, naccepted);
+	if (naccepted > 0 || nd > 0)
+		stage(accepted, naccepted, dups, nd);
 	/* a replay must find them committed: the stage waits for no next round then */
 	if (sk_journal_needs_replay() || seckill_crash_point == SK_CRASH_BEFORE_WAKE)
 		sk_purchase_flush();

@@ -1,0 +1,175 @@
+/*-------------------------------------------------------------------------
+ *
+ * audit.c
+ *		Redis held against PostgreSQL once a second.  The backends answer
+ *		sold_out from their cache without asking the worker, so a campaign
+ *		Redis lost (a restart empty, a FLUSHALL, an eviction) would never be
+ *		noticed by a purchase; and stock PostgreSQL gets back while Redis
+ *		cannot take it (a give-back that failed) would stay unsold.  Each
+ *		second, for every preheated campaign, the worker reads each shard's
+ *		stock and journal: a campaign Redis lost is rebuilt from PostgreSQL;
+ *		one whose journal is empty (every reservation settled) must hold
+ *		exactly total - sold, else it is rebuilt; and the backends'
+ *		sold-out shortcut follows the stock Redis holds.
+ *
+ * Run between rounds, with the commit stage flushed and the settled
+ * journal entries dropped, so that PostgreSQL's count and Redis' stock
+ * describe the same moment: nothing else changes either meanwhile.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "worker/audit.h"
+
+#include "redis/redis.h"
+#include "shared/campaign_cache.h"
+#include "store/store.h"
+#include "utils/timestamp.h"
+#include "worker/epoch.h"
+#include "worker/journal.h"
+#include "worker/rebuild.h"
+
+#define AUDIT_INTERVAL_MS 1000
+
+static TimestampTz audit_at = 0;
+
+/* Milliseconds until the next audit is due: 0 when now. */
+long
+sk_audit_wait(void)
+{
+	long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), audit_at);
+
+	return ms > 0 ? ms : 0;
+}
+
+/* Is every shard of the row's campaign on a master the worker reaches, and not being rebuilt? */
+static bool
+auditable(const SkCampaignRow *row)
+{
+	int			nshards = Max(row->limits.shards, 1);
+
+	if (sk_rebuild_busy(row->id))
+		return false;
+	for (int shard = 0; shard < nshards; shard++)
+		if (!sk_redis_serves(sk_shard_key(row->id, shard, nshards, "meta")))
+			return false;
+	return true;
+}
+
+typedef enum Finding
+{
+	AUDIT_AGREES,
+	AUDIT_LOST,					/* Redis does not hold the campaign, or holds it stale */
+	AUDIT_DRIFT,				/* settled, yet its stock is not total - sold */
+	AUDIT_UNKNOWN				/* refused, or a newer primary's: not ours to judge */
+} Finding;
+
+/*
+ * One campaign's replies: per shard, HMGET meta stock state epoch stale,
+ * then HLEN journal.  Notes each shard's stock in the campaign cache.
+ */
+static Finding
+judge(const SkCampaignRow *row, const SkReply *r, int64 *in_redis)
+{
+	int			nshards = Max(row->limits.shards, 1);
+	int64		ours = strtoll(sk_epoch_arg(), NULL, 10);
+	int64		journaled = 0;
+	bool		lost = false;
+
+	*in_redis = 0;
+	for (int shard = 0; shard < nshards; shard++, r += 2)
+	{
+		const SkReply *m = &r[0];
+		int64		epoch;
+
+		if (m->type != REDIS_REPLY_ARRAY || m->elements != 4 || r[1].type != REDIS_REPLY_INTEGER)
+			return AUDIT_UNKNOWN;
+		epoch = m->element[2].str ? strtoll(m->element[2].str, NULL, 10) : 0;
+		if (epoch > ours)
+			return AUDIT_UNKNOWN;
+		journaled += r[1].integer;
+		/* what lua/buy.lua answers not_loaded for */
+		if (m->element[0].str == NULL || m->element[1].str == NULL || m->element[3].str != NULL ||
+			(epoch != 0 && epoch < ours))
+		{
+			lost = true;
+			continue;
+		}
+		*in_redis += strtoll(m->element[0].str, NULL, 10);
+		seckill_campaign_note_stock(row->id, shard, strtoll(m->element[0].str, NULL, 10));
+	}
+	if (lost)
+		return AUDIT_LOST;
+	if (journaled == 0 && *in_redis != row->total_stock - row->sold)
+		return AUDIT_DRIFT;
+	return AUDIT_AGREES;
+}
+
+/*
+ * The audit: due once a second; the caller has flushed the commit stage and
+ * the settled journal entries, and Redis is ready (its journals replayed).
+ */
+void
+sk_audit(void)
+{
+	List	   *rows;
+	List	   *audited = NIL;
+	ListCell   *lc;
+	SkPipeline	p;
+	SkReply    *r;
+	int			reply = 0;
+
+	audit_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), AUDIT_INTERVAL_MS);
+	rows = store_preheated_campaigns();
+	if (store_sql_outdated || rows == NIL)
+		return;
+	sk_pipeline_init(&p);
+	foreach(lc, rows)
+	{
+		SkCampaignRow *row = lfirst(lc);
+		int			nshards = Max(row->limits.shards, 1);
+
+		if (!auditable(row))
+			continue;
+		audited = lappend(audited, row);
+		for (int shard = 0; shard < nshards; shard++)
+		{
+			sk_pipeline_add(&p, 6, (const char *[]) {"HMGET", sk_shard_key(row->id, shard, nshards, "meta"),
+								"stock", "state", "epoch", "stale"}, NULL);
+			sk_pipeline_add(&p, 2, (const char *[]) {"HLEN", sk_shard_key(row->id, shard, nshards, "journal")}, NULL);
+		}
+	}
+	if (audited == NIL)
+		return;
+	r = sk_pipeline_exec(&p);
+	if (r == NULL)
+	{
+		sk_journal_lost();
+		return;
+	}
+	foreach(lc, audited)
+	{
+		SkCampaignRow *row = lfirst(lc);
+		int64		in_redis;
+
+		switch (judge(row, &r[reply], &in_redis))
+		{
+			case AUDIT_LOST:
+				ereport(LOG,
+						(errmsg("seckill worker found campaign " INT64_FORMAT " (\"%s\") missing or stale in Redis: it is rebuilt from PostgreSQL",
+								row->id, row->goods),
+						 errdetail("Redis restarted empty, was flushed, evicted the campaign's keys, or failed over to a replica that lacked them.")));
+				sk_rebuild_lost(row->id);
+				break;
+			case AUDIT_DRIFT:
+				ereport(LOG,
+						(errmsg("seckill worker found campaign " INT64_FORMAT " (\"%s\") with stock " INT64_FORMAT " in Redis and %d unsold in PostgreSQL, its journal settled: it is rebuilt from PostgreSQL",
+								row->id, row->goods, in_redis, row->total_stock - row->sold)));
+				sk_rebuild_lost(row->id);
+				break;
+			case AUDIT_AGREES:
+			case AUDIT_UNKNOWN:
+				break;
+		}
+		reply += 2 * Max(row->limits.shards, 1);
+	}
+}

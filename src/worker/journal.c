@@ -37,6 +37,21 @@ static uint64 replayed_generation = 0;
 static TimestampTz replay_due = 0;
 #define REPLAY_RETRY_MS 1000
 
+/*
+ * Campaigns whose replay Redis refused (an entry it cannot read, a master
+ * over maxmemory, an ACL): they do not sell, and their replay is tried
+ * again once a second, while the other campaigns sell.
+ */
+typedef struct Blocked
+{
+	int64		campaign_id;
+	char		why[SK_MESSAGE_LEN];
+} Blocked;
+
+static Blocked *blocked = NULL;
+static int	nblocked = 0;
+static TimestampTz blocked_retry_at = 0;
+
 /* Committed orders whose journal entries Redis still holds. */
 static SkOrder *settled = NULL;	/* .home: the shard whose journal holds it */
 static int	nsettled = 0;
@@ -48,6 +63,82 @@ sk_journal_init(void)
 	/* up to two journal entries per purchase: home shard, and the one lending stock */
 	max_settled = 2 * seckill_slot_count();
 	settled = MemoryContextAlloc(TopMemoryContext, sizeof(SkOrder) * max_settled);
+	blocked = MemoryContextAlloc(TopMemoryContext, sizeof(Blocked) * seckill_max_campaigns);
+}
+
+static int
+blocked_index(int64 id)
+{
+	for (int i = 0; i < nblocked; i++)
+		if (blocked[i].campaign_id == id)
+			return i;
+	return -1;
+}
+
+/* The campaign's replay was refused: it waits for the next attempt. */
+static void
+block(int64 id, const char *why)
+{
+	int			i = blocked_index(id);
+
+	if (i < 0)
+	{
+		if (nblocked == seckill_max_campaigns)
+			return;				/* more than are preheated: left to the next full replay */
+		i = nblocked++;
+		blocked[i].campaign_id = id;
+		ereport(LOG,
+				(errmsg("seckill worker could not replay the journal of campaign " INT64_FORMAT ": %s", id, why),
+				 errdetail("The campaign does not sell until its replay succeeds; it is tried again every second, and the other campaigns sell meanwhile.")));
+	}
+	strlcpy(blocked[i].why, why, sizeof(blocked[i].why));
+}
+
+static void
+unblock(int64 id)
+{
+	int			i = blocked_index(id);
+
+	if (i < 0)
+		return;
+	blocked[i] = blocked[--nblocked];
+	ereport(LOG, (errmsg("seckill worker replayed the journal of campaign " INT64_FORMAT ": it sells again", id)));
+}
+
+/* Does the campaign wait for its replay?  Then *why says why it failed. */
+bool
+sk_journal_blocked(int64 id, const char **why)
+{
+	int			i = nblocked > 0 ? blocked_index(id) : -1;
+
+	if (i < 0)
+		return false;
+	*why = blocked[i].why;
+	return true;
+}
+
+/* Once a second: the replays Redis refused, tried again. */
+void
+sk_journal_retry_blocked(void)
+{
+	int64	   *ids;
+	int			n = nblocked;
+
+	if (n == 0 || GetCurrentTimestamp() < blocked_retry_at)
+		return;
+	blocked_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REPLAY_RETRY_MS);
+	ids = palloc(sizeof(int64) * n);
+	for (int i = 0; i < n; i++)
+		ids[i] = blocked[i].campaign_id;
+	for (int i = 0; i < n; i++)
+	{
+		if (sk_journal_replay_campaign(ids[i], NULL, NULL))
+			unblock(ids[i]);
+		else if (!sk_redis_connected() || sk_epoch_fenced())
+			return;				/* a new connection replays them all */
+		else
+			block(ids[i], sk_redis_error());
+	}
 }
 
 /* A round trip failed: Redis may hold reservations nobody settled. */
@@ -257,9 +348,9 @@ served(int64 id)
 
 /*
  * Replay the journals of every preheated campaign, but those in the slots
- * of a Redis Cluster master that is down: nothing can reach them.  False
- * when Redis failed, or when the SQL is outdated (the campaigns cannot be
- * read yet).
+ * of a Redis Cluster master that is down: nothing can reach them.  A
+ * campaign whose replay Redis refuses is blocked alone.  False when Redis
+ * failed, or when the SQL is outdated (the campaigns cannot be read yet).
  */
 static bool
 replay_all(void)
@@ -277,8 +368,12 @@ replay_all(void)
 
 		if (!served(row->id))
 			unreached++;
-		else if (!sk_journal_replay_campaign(row->id, NULL, NULL))
+		else if (sk_journal_replay_campaign(row->id, NULL, NULL))
+			unblock(row->id);
+		else if (!sk_redis_connected() || sk_epoch_fenced())
 			return false;
+		else
+			block(row->id, sk_redis_error());
 	}
 	if (unreached > 0)
 		ereport(LOG,

@@ -480,13 +480,21 @@ serve_purchases(RoundItem **buys, int n)
 		(!seckill_shared->sales_from_database || leave_database_mode());
 	for (int i = 0; i < n; i++)
 	{
-		if (!sk_rebuild_busy(buys[i]->request.campaign_id))
-			buys[nserved++] = buys[i];
-		else
+		const char *why;
+
+		if (sk_rebuild_busy(buys[i]->request.campaign_id))
 		{
 			buys[i]->reply.status = SK_BUSY;
 			sk_answer(buys[i]);
 		}
+		else if (through_redis && sk_journal_blocked(buys[i]->request.campaign_id, &why))
+		{
+			seckill_reply_error(&buys[i]->reply, SK_ERR_REDIS_REFUSED,
+								"the journal of this campaign cannot be replayed: %s", why);
+			sk_answer(buys[i]);
+		}
+		else
+			buys[nserved++] = buys[i];
 	}
 	if (nserved == 0)
 		return;
@@ -925,6 +933,7 @@ seckill_worker_main(Datum main_arg)
 		{
 			if (sk_journal_has_settles())
 				sk_journal_flush_settles();
+			sk_journal_retry_blocked();
 			if (!sk_journal_needs_replay())
 				sk_audit();
 		}

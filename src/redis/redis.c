@@ -1245,15 +1245,14 @@ read_password(void)
 	f = AllocateFile(seckill_redis_password_file, "r");
 	if (f == NULL)
 	{
-		set_error("could not open seckill.redis_password_file \"%s\": %m",
-				  seckill_redis_password_file);
+		/* the messages reach application roles: the setting, not its value */
+		set_error("could not open the file named by seckill.redis_password_file: %m");
 		return NULL;
 	}
 	if (fstat(fileno(f), &st) != 0 || (st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
 	{
 		FreeFile(f);
-		set_error("seckill.redis_password_file \"%s\" must be readable by its owner only (chmod 600)",
-				  seckill_redis_password_file);
+		set_error("the file named by seckill.redis_password_file must be readable by its owner only (chmod 600)");
 		return NULL;
 	}
 	if (fgets(line, sizeof(line), f) == NULL)
@@ -1301,8 +1300,7 @@ authenticate(SkNode *node)
 	if (reply.type == REDIS_REPLY_ERROR)
 	{
 		/* Redis' own message names neither the password nor the user's secret. */
-		set_error("Redis refused the credentials of seckill.redis_user \"%s\": %s",
-				  seckill_redis_user, reply.str);
+		set_error("Redis refused the credentials of seckill.redis_user: %s", reply.str);
 		sk_redis_disconnect(NULL);
 		return false;
 	}

@@ -57,6 +57,16 @@ password_file open.pass "$secret" 644
 use_settings seckill open.pass
 err=$(psql_val "SELECT status FROM seckill_buy('bob', '$goods')" 2>&1)
 ok "[[ \"\$err\" == *'chmod 600'* ]]" "a world-readable password file is refused"
+# what application roles read names the setting, never its value
+psql -XAtq -c "DROP ROLE IF EXISTS seckill_app" -c "CREATE ROLE seckill_app" \
+	-c "GRANT USAGE ON SCHEMA seckill TO seckill_app" -c "GRANT SELECT ON seckill.campaigns, seckill.orders TO seckill_app" \
+	-c "GRANT EXECUTE ON FUNCTION seckill_buy(text, text, int) TO seckill_app" >/dev/null
+err=$(psql -XAtq -c "SET ROLE seckill_app" -c "\\set VERBOSITY verbose" -c "SELECT status FROM seckill_buy('bob', '$goods')" 2>&1)
+ok "[[ \"\$err\" == *'seckill.redis_password_file'* && \"\$err\" != *\"\$SECKILL_TMP\"* && \"\$err\" != *'open.pass'* ]]" \
+	"an application role's error names the setting, not the file: ${err//$'\n'/ }"
+nodes=$(psql_val "SELECT string_agg(coalesce(error, ''), ';') FROM seckill.redis_nodes")
+ok "[[ \"\$nodes\" != *'open.pass'* && \"\$nodes\" != *'\"seckill\"'* ]]" "seckill.redis_nodes names neither the file nor the user: $nodes"
+psql -XAtq -c "DROP OWNED BY seckill_app" -c "DROP ROLE seckill_app" >/dev/null
 
 # back to the good file: purchases resume
 use_settings seckill good.pass

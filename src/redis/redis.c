@@ -1645,6 +1645,14 @@ reach_master(const char *host, int port)
 			break;
 	if (i < nnodes)
 		return make_master(&nodes[i]) ? i : SK_NODE_GONE;
+	/* a reply naming more masters than there is room for is refused, not trusted */
+	if (nnodes + ndown >= SK_MAX_NODES)
+	{
+		set_error("the Redis Cluster names more than %d masters, more than seckill connects to",
+				  SK_MAX_NODES);
+		connect_failed();
+		return SK_NODE_GONE;
+	}
 	handshaking = nnodes;
 	i = connect_node(host, port, true);
 	if (i >= 0 && !make_master(&nodes[i]))

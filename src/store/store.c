@@ -406,13 +406,12 @@ status_for_error(int sqlerrcode)
 }
 
 /*
- * Inside a transaction, without Redis: which of orders[0..n-1] come from
- * buyers refused a rebuy (their order in a campaign with rebuy_after_cancel
- * = false was cancelled)?  Their outcome becomes SK_DUPLICATE; returns how
- * many.  Redis refuses them itself: they stay in its buyers.
+ * Run sql (planned once) with $1 and $2 the campaigns and users of
+ * orders[from[0..n-1]] (of orders[0..n-1] when from is NULL), as arrays;
+ * its first column is each row's ordinal in them (row_ordinal()).
  */
-int
-store_refuse_rebuyers(SkOrder *orders, int n)
+static void
+run_for_orders(const char *sql, const SkOrder *orders, const int *from, int n)
 {
 	Oid			types[2] = {INT8ARRAYOID, TEXTARRAYOID};
 	Datum		values[2];
@@ -421,25 +420,43 @@ store_refuse_rebuyers(SkOrder *orders, int n)
 
 	for (int i = 0; i < n; i++)
 	{
-		campaigns[i] = Int64GetDatum(orders[i].campaign_id);
-		users[i] = CStringGetTextDatum(orders[i].user_id);
+		const SkOrder *o = &orders[from ? from[i] : i];
+
+		campaigns[i] = Int64GetDatum(o->campaign_id);
+		users[i] = CStringGetTextDatum(o->user_id);
 	}
 	values[0] = PointerGetDatum(construct_array(campaigns, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[1] = PointerGetDatum(construct_array(users, n, TEXTOID, -1, false, TYPALIGN_INT));
-	run("SELECT r.i FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2))"
-		"  WITH ORDINALITY AS r(campaign_id, user_id, i)"
-		" WHERE EXISTS (SELECT FROM seckill.campaigns c"
-		"               WHERE c.id = r.campaign_id AND NOT c.rebuy_after_cancel)"
-		"   AND EXISTS (SELECT FROM seckill.orders o WHERE o.campaign_id = r.campaign_id"
-		"               AND o.user_id = r.user_id AND o.status = 'cancelled')",
-		2, types, values, SPI_OK_SELECT);
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		bool		isnull;
-		int64		i = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+	run_kept(sql, 2, types, values, SPI_OK_SELECT);
+}
 
-		orders[i - 1].outcome = SK_DUPLICATE;
-	}
+/* Of run_for_orders()' result row r: the ordinal it names, from 0. */
+static int
+row_ordinal(uint64 r)
+{
+	bool		isnull;
+
+	return (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull)) - 1;
+}
+
+/*
+ * Inside a transaction, without Redis: which of orders[0..n-1] come from
+ * buyers refused a rebuy (their order in a campaign with rebuy_after_cancel
+ * = false was cancelled)?  Their outcome becomes SK_DUPLICATE; returns how
+ * many.  Redis refuses them itself: they stay in its buyers.
+ */
+int
+store_refuse_rebuyers(SkOrder *orders, int n)
+{
+	run_for_orders("SELECT r.i FROM ROWS FROM (unnest($1), unnest($2))"
+				   "  WITH ORDINALITY AS r(campaign_id, user_id, i)"
+				   " WHERE EXISTS (SELECT FROM seckill.campaigns c"
+				   "               WHERE c.id = r.campaign_id AND NOT c.rebuy_after_cancel)"
+				   "   AND EXISTS (SELECT FROM seckill.orders o WHERE o.campaign_id = r.campaign_id"
+				   "               AND o.user_id = r.user_id AND o.status = 'cancelled')",
+				   orders, NULL, n);
+	for (uint64 r = 0; r < SPI_processed; r++)
+		orders[row_ordinal(r)].outcome = SK_DUPLICATE;
 	return SPI_processed;
 }
 
@@ -596,37 +613,27 @@ store_have_active_order(int64 campaign_id, const char **users, int n)
 void
 store_name_held_orders(SkOrder *orders, int n)
 {
-	Oid			types[2] = {INT8ARRAYOID, TEXTARRAYOID};
-	Datum		values[2];
-	Datum	   *campaigns = palloc(sizeof(Datum) * n);
-	Datum	   *users = palloc(sizeof(Datum) * n);
 	int		   *from = palloc(sizeof(int) * n);
 	int			nd = 0;
 
 	for (int i = 0; i < n; i++)
 		if (orders[i].outcome == SK_DUPLICATE)
-		{
-			campaigns[nd] = Int64GetDatum(orders[i].campaign_id);
-			users[nd] = CStringGetTextDatum(orders[i].user_id);
 			from[nd++] = i;
-		}
 	if (nd == 0)
 		return;
-	values[0] = PointerGetDatum(construct_array(campaigns, nd, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	values[1] = PointerGetDatum(construct_array(users, nd, TEXTOID, -1, false, TYPALIGN_INT));
-	run_kept("SELECT DISTINCT ON (r.i) r.i, o.id"
-			 " FROM ROWS FROM (unnest($1), unnest($2)) WITH ORDINALITY AS r(campaign_id, user_id, i)"
-			 " JOIN seckill.orders o ON o.campaign_id = r.campaign_id AND o.user_id = r.user_id"
-			 " JOIN seckill.campaigns c ON c.id = r.campaign_id"
-			 " WHERE o.status <> 'cancelled' OR NOT c.rebuy_after_cancel"
-			 " ORDER BY r.i, o.status = 'cancelled', o.id DESC",
-			 2, types, values, SPI_OK_SELECT);
+	run_for_orders("SELECT DISTINCT ON (r.i) r.i, o.id"
+				   " FROM ROWS FROM (unnest($1), unnest($2)) WITH ORDINALITY AS r(campaign_id, user_id, i)"
+				   " JOIN seckill.orders o ON o.campaign_id = r.campaign_id AND o.user_id = r.user_id"
+				   " JOIN seckill.campaigns c ON c.id = r.campaign_id"
+				   " WHERE o.status <> 'cancelled' OR NOT c.rebuy_after_cancel"
+				   " ORDER BY r.i, o.status = 'cancelled', o.id DESC",
+				   orders, from, nd);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		bool		isnull;
-		int64		i = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
 
-		orders[from[i - 1]].held = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
+		orders[from[row_ordinal(r)]].held =
+			DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
 	}
 }
 

@@ -99,6 +99,7 @@ extern bool seckill_redis_cluster;
 extern char *seckill_database;
 extern int	seckill_request_timeout;
 extern int	seckill_redis_timeout;
+extern int	seckill_audit_interval;
 extern int	seckill_batch_size;
 extern int	seckill_max_queue;
 extern int	seckill_max_campaigns;

@@ -23,6 +23,7 @@ bool		seckill_redis_cluster = false;
 char	   *seckill_database = NULL;
 int			seckill_request_timeout = 5000;
 int			seckill_redis_timeout = 1000;
+int			seckill_audit_interval = 1000;
 int			seckill_batch_size = 1000;
 int			seckill_max_queue = 0;
 int			seckill_max_campaigns = 64;
@@ -126,6 +127,11 @@ seckill_define_gucs(void)
 							"Most requests the worker serves in one round (one Redis pipeline, one commit).",
 							NULL, &seckill_batch_size, 1000, 1, 100000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.audit_interval",
+							"How often the worker holds Redis against PostgreSQL for every preheated campaign.",
+							"A campaign Redis lost, or whose settled stock differs from PostgreSQL's, is rebuilt; 0 turns the audit off, leaving that to purchases and seckill_reconcile().",
+							&seckill_audit_interval, 1000, 0, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("seckill.max_queue",
 							"Most purchases waiting for the worker; past it, seckill_buy answers busy at once.",
 							"0: no bound other than the number of connections.",

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * audit.c
- *		Redis held against PostgreSQL once a second.  The backends answer
+ *		Redis held against PostgreSQL once a second (seckill.audit_interval).  The backends answer
  *		sold_out from their cache without asking the worker, so a campaign
  *		Redis lost (a restart empty, a FLUSHALL, an eviction) would never be
  *		noticed by a purchase; and stock PostgreSQL gets back while Redis
@@ -28,16 +28,19 @@
 #include "worker/journal.h"
 #include "worker/rebuild.h"
 
-#define AUDIT_INTERVAL_MS 1000
-
 static TimestampTz audit_at = 0;
 
-/* Milliseconds until the next audit is due: 0 when now. */
+/* Milliseconds until the next audit is due: 0 when now, -1 when it is off (seckill.audit_interval). */
 long
 sk_audit_wait(void)
 {
-	long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), audit_at);
+	long		ms;
 
+	if (seckill_audit_interval == 0)
+		return -1;
+	ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+										 Min(audit_at, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+																				   seckill_audit_interval)));
 	return ms > 0 ? ms : 0;
 }
 
@@ -118,7 +121,7 @@ sk_audit(void)
 	SkReply    *r;
 	int			reply = 0;
 
-	audit_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), AUDIT_INTERVAL_MS);
+	audit_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_audit_interval);
 	rows = store_preheated_campaigns();
 	if (store_sql_outdated || rows == NIL)
 		return;

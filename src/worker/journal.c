@@ -92,6 +92,7 @@ block(int64 id, const char *why)
 				 errdetail("The campaign does not sell until its replay succeeds; it is tried again every second, and the other campaigns sell meanwhile.")));
 	}
 	strlcpy(blocked[i].why, why, sizeof(blocked[i].why));
+	blocked_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REPLAY_RETRY_MS);
 }
 
 static void
@@ -115,6 +116,18 @@ sk_journal_blocked(int64 id, const char **why)
 		return false;
 	*why = blocked[i].why;
 	return true;
+}
+
+/* Milliseconds until the refused replays are tried again: -1 when there are none. */
+long
+sk_journal_retry_wait(void)
+{
+	long		ms;
+
+	if (nblocked == 0)
+		return -1;
+	ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), blocked_retry_at);
+	return ms > 0 ? ms : 0;
 }
 
 /* Once a second: the replays Redis refused, tried again. */

@@ -25,6 +25,7 @@ extern void sk_journal_add_give_back(SkPipeline *p, const SkOrder *order, int sh
 extern void sk_journal_give_back(SkOrder *orders, int n);
 extern bool sk_journal_replay_campaign(int64 campaign_id, int *committed, int *compensated);
 extern bool sk_journal_blocked(int64 campaign_id, const char **why);
+extern long sk_journal_retry_wait(void);
 extern void sk_journal_retry_blocked(void);
 
 /* A campaign's stock shards, and the keys of one: meta, buyers, journal. */

@@ -928,13 +928,14 @@ seckill_worker_main(Datum main_arg)
 		/* a lease kept for a caller's next batch, and the caller stopped asking */
 		kept_due = sk_lease_give_kept_if_idle();
 
-		/* Redis against PostgreSQL, with the last round's orders settled */
-		if (sk_audit_wait() == 0 && !seckill_shared->sales_from_database && sk_journal_ready())
+		/* the replays Redis refused; Redis against PostgreSQL, the last round's orders settled */
+		if ((sk_journal_retry_wait() == 0 || sk_audit_wait() == 0) &&
+			!seckill_shared->sales_from_database && sk_journal_ready())
 		{
+			sk_journal_retry_blocked();
 			if (sk_journal_has_settles())
 				sk_journal_flush_settles();
-			sk_journal_retry_blocked();
-			if (!sk_journal_needs_replay())
+			if (sk_audit_wait() == 0 && !sk_journal_needs_replay())
 				sk_audit();
 		}
 
@@ -983,7 +984,10 @@ seckill_worker_main(Datum main_arg)
 			due = due < 0 ? 1000 : Min(due, 1000);
 		if (kept_due >= 0)
 			due = due < 0 ? kept_due + 1 : Min(due, kept_due + 1);
-		due = due < 0 ? sk_audit_wait() + 1 : Min(due, sk_audit_wait() + 1);
+		if (sk_audit_wait() >= 0)
+			due = due < 0 ? sk_audit_wait() + 1 : Min(due, sk_audit_wait() + 1);
+		if (sk_journal_retry_wait() >= 0)
+			due = due < 0 ? sk_journal_retry_wait() + 1 : Min(due, sk_journal_retry_wait() + 1);
 		wait_for_requests(due);
 	}
 }

@@ -1,15 +1,17 @@
 #!/usr/bin/python3
 """A fake Redis for test/t/86_garbage_replies.t that answers garbage.
 
-    garbage_redis.py SEED PORT EXTRA_PORTS LOG
+    garbage_redis.py SEED PORT EXTRA_PORTS LOG [MODE_FILE]
 
 Listens on PORT and on EXTRA_PORTS ports after it (masters that a CLUSTER
 SLOTS reply may name).  It answers well enough for the worker to get past
-the connection's handshake, and, drawn from SEED, replies that are wrong:
+the connection's handshake, and, drawn from SEED, replies that are wrong (one command of each connection, drawn at random):
 of the wrong type, truncated, oversized, garbage bytes, and CLUSTER SLOTS
 replies naming more masters than any client keeps, unreachable ones,
 slots out of range and ranges that are no arrays.  Each reply it chose is
-logged to LOG as "<connection> <command> <kind>".
+logged to LOG as "<connection> <command> <kind>".  While MODE_FILE names one
+of the CLUSTER SLOTS kinds, every new connection answers CLUSTER SLOTS with
+that kind and nothing else wrong.
 """
 import hashlib
 import random
@@ -18,6 +20,17 @@ import sys
 import threading
 
 seed, port, extra, log_path = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+mode_path = sys.argv[5] if len(sys.argv) > 5 else None
+SLOTS_KINDS = ["many-unreachable", "many-reachable", "out-of-range", "wrong-types", "nested"]
+
+
+def mode():
+    try:
+        with open(mode_path) as m:
+            kind = m.read().strip()
+        return kind if kind in SLOTS_KINDS else None
+    except (OSError, TypeError):
+        return None
 rng = random.Random(seed)
 rng_lock = threading.Lock()
 log = open(log_path, "a", buffering=1)
@@ -100,19 +113,25 @@ def read_command(f):
 
 
 def serve(sock):
+    """Each connection answers one command, drawn at random, with garbage."""
     cid = next(conn_ids)
     f = sock.makefile("rb")
+    with rng_lock:
+        victim = rng.randint(0, 40)
+        slots_kind = rng.choice(SLOTS_KINDS + ["fine"])
+    if mode() is not None:
+        victim, slots_kind = -1, mode()
+    n = 0
     try:
         while True:
             cmd = read_command(f)
             if cmd is None:
                 return
             name = b" ".join(cmd[:2]).upper() if cmd[0].upper() in (b"SCRIPT", b"CLUSTER") else cmd[0].upper()
+            bad = n == victim
+            n += 1
             with rng_lock:
-                bad = rng.random() < 0.35
                 kind = rng.choice(GARBAGE) if bad else "fine"
-                slots_kind = rng.choice(["many-unreachable", "many-reachable", "out-of-range", "wrong-types",
-                                         "nested", "fine"])
             if name == b"CLUSTER SLOTS" and slots_kind != "fine":
                 kind = slots_kind
                 out = slots_reply(kind)

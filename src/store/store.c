@@ -448,7 +448,7 @@ row_ordinal(uint64 r)
 int
 store_refuse_rebuyers(SkOrder *orders, int n)
 {
-	run_for_orders("SELECT r.i FROM ROWS FROM (unnest($1), unnest($2))"
+	run_for_orders("SELECT r.i FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2))"
 				   "  WITH ORDINALITY AS r(campaign_id, user_id, i)"
 				   " WHERE EXISTS (SELECT FROM seckill.campaigns c"
 				   "               WHERE c.id = r.campaign_id AND NOT c.rebuy_after_cancel)"
@@ -621,12 +621,16 @@ store_name_held_orders(SkOrder *orders, int n)
 			from[nd++] = i;
 	if (nd == 0)
 		return;
-	run_for_orders("SELECT DISTINCT ON (r.i) r.i, o.id"
-				   " FROM ROWS FROM (unnest($1), unnest($2)) WITH ORDINALITY AS r(campaign_id, user_id, i)"
-				   " JOIN seckill.orders o ON o.campaign_id = r.campaign_id AND o.user_id = r.user_id"
-				   " JOIN seckill.campaigns c ON c.id = r.campaign_id"
-				   " WHERE o.status <> 'cancelled' OR NOT c.rebuy_after_cancel"
-				   " ORDER BY r.i, o.status = 'cancelled', o.id DESC",
+	/* each branch an index probe: orders_one_active_per_user, then orders_cancelled */
+	run_for_orders("SELECT r.i, h.id"
+				   " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) WITH ORDINALITY AS r(campaign_id, user_id, i),"
+				   " LATERAL (SELECT o.id FROM seckill.orders o"
+				   "          WHERE o.campaign_id = r.campaign_id AND o.user_id = r.user_id AND o.status <> 'cancelled'"
+				   "          UNION ALL"
+				   "          (SELECT o.id FROM seckill.orders o JOIN seckill.campaigns c ON c.id = o.campaign_id"
+				   "           WHERE o.campaign_id = r.campaign_id AND o.user_id = r.user_id AND o.status = 'cancelled'"
+				   "             AND NOT c.rebuy_after_cancel ORDER BY o.id DESC LIMIT 1)"
+				   "          LIMIT 1) h",
 				   orders, from, nd);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{

@@ -4,10 +4,11 @@ every answer outside PostgreSQL, then tells the fates and the request slots
 once the faults are healed.  The servers come from libpq's environment
 (PGHOST, PGPORT, PGUSER, PGDATABASE).
 
-    fault_client.py run LOG MONITOR STOP_FILE SEED CONNECTIONS PAIRS GOODS:POOL...
+    fault_client.py run LOG MONITOR STOP_FILE SEED CONNECTIONS PAIRS GOODS:POOL[:WEIGHT]...
 
-CONNECTIONS buy on the campaigns of GOODS, each call for a user u<n> drawn
-from that campaign's POOL: a number of users, or "sliding", a pool that
+CONNECTIONS buy on the campaigns of GOODS, chosen in proportion to their
+WEIGHT (default 1), each call for a user u<n> drawn from that campaign's
+POOL: a number of users, or "sliding", a pool that
 grows by 40 new users a second while the last 400 repeat.  PAIRS of the
 connections make double clicks: half the time, the second of a pair sends
 the same purchase as the first at the same moment, on its own connection.  A fifth of the
@@ -172,13 +173,15 @@ class Pools:
         self.started = time.monotonic()
         self.goods = []
         self.sizes = []
+        self.weights = []
         for spec in specs:
-            goods, pool = spec.rsplit(":", 1)
+            goods, pool, *weight = spec.split(":")
             self.goods.append(goods)
             self.sizes.append(pool)
+            self.weights.append(int(weight[0]) if weight else 1)
 
     def draw(self, rng):
-        i = rng.randrange(len(self.goods))
+        i = rng.choices(range(len(self.goods)), self.weights)[0]
         if self.sizes[i] == "sliding":
             top = 400 + int((time.monotonic() - self.started) * 40)
             n = rng.randint(top - 399, top)

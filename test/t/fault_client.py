@@ -35,15 +35,18 @@ For every user and goods with an answer of unknown fate in LOG: what
 seckill_order() answers now, and what seckill.orders holds, to OUT:
 "user goods status order_id sqlstate table_status table_order_id".
 
-    fault_client.py slots SESSIONS CALLS GOODS OUT
+    fault_client.py slots SESSIONS GOODS OUT
 
-SESSIONS new connections, all open at once, each asking seckill_order() of
-GOODS (a request the worker serves) CALLS times with a request timeout of 2 s;
-each error to OUT as "sqlstate message", and a last line "calls N".
+SESSIONS new connections, all open at once, ask seckill_order() of GOODS,
+a request the worker serves: once; twice each while the worker is frozen,
+so that a backend whose slot was lost says so; once more after.  Each
+answer to OUT as "phase answered" or "phase sqlstate message", and a last
+line "calls N".
 """
 import os
 import queue
 import random
+import signal
 import sys
 import threading
 import time
@@ -312,33 +315,54 @@ def resolve(log_path, out_path):
     conn.close()
 
 
-def slots(sessions, calls, goods, out_path):
-    sessions, calls = int(sessions), int(calls)
+def slots(sessions, goods, out_path):
+    """Each of the sessions asks seckill_order() (a request the worker
+    serves) once; then, with the worker frozen (SIGSTOP), twice with a
+    request timeout of 300 ms: the first request is given up on and keeps
+    one of the backend's two slots, so the second finds the other free and
+    times out (SK001) unless that one was lost (SK002 "... before it was
+    made"); then, the worker thawed, once more."""
+    sessions = int(sessions)
     conns = [connect() for _ in range(sessions)]
-    for conn in conns:
-        conn.execute("SET seckill.request_timeout = '2s'")
-    errors = []
+    lines = []
     lock = threading.Lock()
+    calls = 0
 
-    def probe(i):
-        for k in range(calls):
-            try:
-                conns[i].execute("SELECT status FROM seckill_order(%s, %s)", (f"slot-probe-{i}-{k}", goods)).fetchone()
-            except psycopg.Error as err:
+    def ask(phase, timeout, times):
+        def probe(i):
+            nonlocal calls
+            conns[i].execute("SELECT set_config('seckill.request_timeout', %s, false)", (timeout,))
+            for k in range(times):
+                try:
+                    conns[i].execute("SELECT status FROM seckill_order(%s, %s)",
+                                     (f"slot-probe-{i}-{phase}-{k}", goods)).fetchone()
+                    answer = "answered"
+                except psycopg.Error as err:
+                    answer = f"{err.sqlstate or 'conn'} {field(err)}"
                 with lock:
-                    errors.append(f"{err.sqlstate or 'conn'} {field(err)}")
+                    calls += 1
+                    lines.append(f"{phase} {answer}")
 
-    threads = [threading.Thread(target=probe, args=(i,)) for i in range(sessions)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+        threads = [threading.Thread(target=probe, args=(i,)) for i in range(sessions)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    ask("live", "2s", 1)
+    pid = conns[0].execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'seckill worker'").fetchone()[0]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        ask("frozen", "300ms", 2)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    ask("thawed", "2s", 1)
     for conn in conns:
         conn.close()
     with open(out_path, "w") as out:
-        for e in errors:
-            out.write(e + "\n")
-        out.write(f"calls {sessions * calls}\n")
+        for line in lines:
+            out.write(line + "\n")
+        out.write(f"calls {calls}\n")
 
 
 if __name__ == "__main__":

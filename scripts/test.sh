@@ -23,9 +23,10 @@ if [ $# -eq 0 ]; then
 	set -- test/t/*.t test/pgtap/*.pg
 elif [ "$1" = faults ]; then
 	# the fault suite: every failure the design claims to survive, under load
-	set -- test/t/20_faults.t test/t/21_sold_out_revives.t test/t/25_redis_wrong.t test/t/27_poisoned_replay.t \
-		test/t/30_stall.t test/t/31_slots.t test/t/40_redis_auth.t test/t/70_crash_points.t \
-		test/t/80_database_fallback.t test/t/85_network_cut.t test/t/86_garbage_replies.t test/t/90_flood.t
+	set -- test/t/20_faults.t test/t/21_sold_out_revives.t test/t/24_random_faults.t test/t/25_redis_wrong.t \
+		test/t/27_poisoned_replay.t test/t/30_stall.t test/t/31_slots.t test/t/40_redis_auth.t \
+		test/t/70_crash_points.t test/t/80_database_fallback.t test/t/85_network_cut.t \
+		test/t/86_garbage_replies.t test/t/90_flood.t
 elif [ "$1" = docker ]; then
 	# docker/'s image and compose stack, run with podman
 	set -- test/t/99_docker.t

@@ -1,0 +1,444 @@
+#!/usr/bin/env bash
+# Randomized faults, Jepsen-style.  For SECKILL_FAULT_SECONDS (120) a client
+# of 16 to 32 connections (test/t/fault_client.py) buys on three campaigns, a
+# larger one, one of 4 stock shards and a tiny one, for pools of users that
+# repeat, with double clicks and calls that time out, and logs every answer
+# outside PostgreSQL.  Meanwhile a nemesis driven by a seed (printed first:
+# SECKILL_FAULT_SEED=N reruns it) kills the worker, cancels it in bursts,
+# stops Redis, restarts it empty, cuts the network to it (the worker reaches
+# Redis through a socat relay that is frozen), restarts PostgreSQL at once,
+# and acts as a DBA mid-sale: reconcile, restock, release of expired orders,
+# cancellation of orders.  Then everything is healed and the checker holds
+# the log against the invariants of shared/DESIGN.md (I1-I9), each on a line
+# of its own.
+set -uo pipefail
+# shellcheck source=test/t/tap.sh
+. "$(dirname "$0")/tap.sh"
+
+seconds=${SECKILL_FAULT_SECONDS:-120}
+seed=${SECKILL_FAULT_SEED:-$(((RANDOM << 15 | RANDOM) % 1000000))}
+diag "seed $seed; to rerun: SECKILL_FAULT_SEED=$seed SECKILL_FAULT_SECONDS=$seconds bash scripts/test.sh test/t/24_random_faults.t"
+RANDOM=$seed
+# a sold_out answer this long after the last fault or DBA action, while
+# PostgreSQL holds unsold stock of the campaign, is false (I7, I9)
+grace=5
+
+work=$(mktemp -d -p "$SECKILL_TMP" faults.XXXXXX)
+relay_port=$((SECKILL_REDIS_PORT + 1))
+relay=
+client=
+ports_free SECKILL_REDIS_PORT "$relay_port"
+
+now_ms() { date +%s%3N; }
+# socat forks a process per connection: signal them all
+relay_signal() { kill "-$1" "$relay" $(pgrep -P "$relay") 2>/dev/null; }
+redis_pid() { cat "$SECKILL_TMP/redis.pid" 2>/dev/null; }
+worker_pid() { seckill_worker_pid 2>/dev/null; }
+worker_up() { seckill_pg_ready && [ -n "$(worker_pid)" ]; }
+# a worker other than the one given (killed, or gone with its server)
+worker_replaced() {
+	local pid
+	seckill_pg_ready && pid=$(worker_pid) && [ -n "$pid" ] && [ "$pid" != "$1" ]
+}
+seconds_ms() { printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)); }
+
+# heal: every fault undone, whatever the nemesis left
+heal() {
+	local pid
+	pid=$(redis_pid)
+	[ -n "$pid" ] && kill -CONT "$pid" 2>/dev/null
+	[ -n "$relay" ] && relay_signal CONT
+	seckill_redis_ready || seckill_redis_start
+	seckill_pg_ready || seckill_pg_ctl -w start >/dev/null
+	seckill_wait_for worker_up 60
+}
+cleanup() {
+	[ -n "$client" ] && kill "$client" 2>/dev/null && wait "$client"
+	heal >/dev/null 2>&1
+	psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_port" -c "SELECT pg_reload_conf()" >/dev/null 2>&1
+	[ -n "$relay" ] && relay_signal TERM
+	[ "${SECKILL_KEEP:-0}" = 1 ] || rm -rf "$work"
+}
+trap cleanup EXIT
+
+# The worker reaches Redis through a relay for the whole run
+socat TCP-LISTEN:"$relay_port",bind=127.0.0.1,reuseaddr,fork TCP:127.0.0.1:"$SECKILL_REDIS_PORT" \
+	2>"$work/relay.err" &
+relay=$!
+seckill_wait_for "(exec 3<>/dev/tcp/127.0.0.1/$relay_port) 2>/dev/null" 10
+ok "[ $? -eq 0 ]" "a TCP relay to Redis on port $relay_port" || done_testing
+seckill_configure "SET seckill.redis_port = $relay_port"
+ok "[ $? -eq 0 ]" "the worker reaches Redis through the relay" || done_testing
+
+# The campaigns: a larger one whose buyers keep coming (a pool of users that
+# grows), one of 4 stock shards and a tiny one for fixed pools of 400 users,
+# so that both sell out and their buyers ask again.  Unpaid orders expire
+# after 20 s, never, and 3 s.
+tag="$seed-$$"
+big=rf-big-$tag
+sharded=rf-sharded-$tag
+tiny=rf-tiny-$tag
+tiny_stock=$((RANDOM % 8 + 3))
+psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
+psql -XAtq -v ON_ERROR_STOP=1 >/dev/null <<SQL
+SELECT seckill_campaign_create('$big', 100000, payment_timeout => '20 seconds');
+SELECT seckill_campaign_create('$sharded', 200);
+SELECT seckill_campaign_set('$sharded', '{"shards": 4}');
+SELECT seckill_campaign_create('$tiny', $tiny_stock, payment_timeout => '3 seconds');
+SELECT seckill_preheat('$big'), seckill_preheat('$sharded'), seckill_preheat('$tiny');
+SQL
+ok "[ $? -eq 0 ]" "campaigns preheated: $big (100000), $sharded (200 in 4 shards), $tiny ($tiny_stock)" || done_testing
+ids=$(psql_val "SELECT string_agg(id::text, ',') FROM seckill.campaigns WHERE goods IN ('$big', '$sharded', '$tiny')")
+
+# The client
+connections=$((RANDOM % 17 + 16))
+pairs=4
+: >"$work/answers.log"
+/usr/bin/python3 "$SECKILL_ROOT/test/t/fault_client.py" run "$work/answers.log" "$work/monitor.log" "$work/stop" \
+	"$seed" "$connections" "$pairs" "$big:sliding:3" "$sharded:400" "$tiny:400" 2>"$work/client.err" &
+client=$!
+oks() { grep -c $'\tok\t' "$work/answers.log"; }
+seckill_wait_for "[ \$(oks) -ge 100 ]" 30
+ok "[ $? -eq 0 ]" "the sale is under way: $connections connections, $pairs of them pairs of double clicks" || done_testing
+started=$(now_ms)
+
+# The nemesis: every kind of action once in an order of the seed's, then
+# kinds of the seed's until the time is up, a pause of 0.5 to 9 s after each.
+# Each is logged in nemesis.log with its start and end (ms) once it is over
+# (a fault healed, a DBA's call returned).
+pick_goods() {
+	case $((RANDOM % 4)) in
+	0 | 1) echo "$tiny" ;;
+	2) echo "$sharded" ;;
+	3) echo "$big" ;;
+	esac
+}
+nemesis_kill_worker() {
+	local pid
+	pid=$(worker_pid)
+	[ -n "$pid" ] || { detail="no worker to kill"; return; }
+	kill -KILL "$pid"
+	seckill_wait_for "worker_replaced $pid" 60 2>/dev/null
+	detail="SIGKILL worker $pid; cluster and worker back: $(worker_pid)"
+}
+# a burst of 5 to 40 cancels of the worker, 0 to 20 ms apart, from one session
+nemesis_cancel_worker() {
+	local n=$((RANDOM % 36 + 5)) gap=$((RANDOM % 20)) pid cancelled
+	pid=$(worker_pid)
+	[ -n "$pid" ] || { detail="no worker to cancel"; return; }
+	cancelled=$(for ((i = 0; i < n; i++)); do
+		echo "SELECT pg_cancel_backend($pid); SELECT pg_sleep($gap / 1000.0);"
+	done | psql -XAtq 2>/dev/null | grep -c '^t$')
+	detail="pg_cancel_backend of worker $pid $cancelled/$n times, $gap ms apart"
+}
+# stalled: half the time the worker is also cancelled while Redis does not
+# answer, as a DBA would a stuck worker
+stalled() {
+	local ms=$1 half
+	if [ $((RANDOM % 2)) -eq 0 ]; then
+		half=$((ms / 2))
+		sleep "$(seconds_ms "$half")"
+		nemesis_cancel_worker
+		detail="meanwhile $detail"
+		ms=$((ms - half))
+	fi
+	sleep "$(seconds_ms "$ms")"
+}
+nemesis_redis_stop() {
+	local ms=$((RANDOM % 3000 + 1000)) pid
+	pid=$(redis_pid)
+	kill -STOP "$pid"
+	stalled "$ms"
+	kill -CONT "$pid"
+	detail="Redis $pid stopped (SIGSTOP) for $ms ms${detail:+; $detail}"
+}
+nemesis_redis_empty() {
+	seckill_redis_restart_empty
+	detail="Redis restarted empty: $(seckill_redis_ready && echo up || echo down)"
+}
+nemesis_net_cut() {
+	local ms=$((RANDOM % 4000 + 1000))
+	relay_signal STOP
+	stalled "$ms"
+	relay_signal CONT
+	detail="the relay to Redis frozen for $ms ms${detail:+; $detail}"
+}
+nemesis_pg_restart() {
+	local pid
+	pid=$(worker_pid)
+	seckill_pg_ctl -m immediate stop >/dev/null 2>&1
+	seckill_pg_ctl -w start >/dev/null 2>&1
+	seckill_wait_for "worker_replaced ${pid:-none}" 60 2>/dev/null
+	detail="PostgreSQL stopped (immediate) and started; worker $(worker_pid)"
+}
+nemesis_reconcile() {
+	detail="seckill_reconcile(): $(psql_val "SELECT string_agg(campaign_goods || ' repaired ' || repaired, ', ')
+		FROM seckill_reconcile()" 2>&1)"
+}
+nemesis_restock() {
+	local goods delta
+	goods=$(pick_goods)
+	if [ "$goods" = "$tiny" ]; then delta=$((RANDOM % 3 + 1)); else delta=$((RANDOM % 20 + 5)); fi
+	detail="seckill_restock('$goods', $delta): $(psql_val "SELECT seckill_restock('$goods', $delta)" 2>&1)"
+}
+nemesis_release() {
+	detail="seckill_release_expired(): $(psql_val "SELECT string_agg(campaign_goods || ' ' ||
+		coalesce(released::text, 'failed'), ', ') FROM seckill_release_expired()" 2>&1)"
+}
+nemesis_cancel_orders() {
+	local goods n=$((RANDOM % 4 + 1)) salt=$RANDOM id
+	goods=$(pick_goods)
+	detail="seckill_cancel() of $n orders of $goods:"
+	for id in $(psql_val "SELECT o.id FROM seckill.orders o JOIN seckill.campaigns c ON c.id = o.campaign_id
+		WHERE c.goods = '$goods' AND o.status = 'reserved' ORDER BY md5(o.id || '$salt') LIMIT $n" 2>/dev/null); do
+		detail+=" $id $(psql_val "SELECT seckill_cancel($id)" 2>&1 | head -1)"
+	done
+}
+act() {
+	local t0 t1
+	detail=
+	t0=$(now_ms)
+	"nemesis_$1"
+	t1=$(now_ms)
+	detail=$(printf '%s' "$detail" | tr '\t\n' '  ')
+	printf '%s\t%s\t%s\t%s\n' "$t0" "$t1" "$1" "$detail" >>"$work/nemesis.log"
+	note "nemesis at $(seconds_ms $((t0 - started))) s, $((t1 - t0)) ms: $1: $detail"
+}
+
+kinds=(kill_worker cancel_worker redis_stop redis_empty net_cut pg_restart reconcile restock release cancel_orders)
+order=("${kinds[@]}")
+for ((i = ${#order[@]} - 1; i > 0; i--)); do
+	j=$((RANDOM % (i + 1)))
+	k=${order[i]}
+	order[i]=${order[j]}
+	order[j]=$k
+done
+: >"$work/nemesis.log"
+deadline=$((started + seconds * 1000))
+n=0
+while [ "$(now_ms)" -lt "$deadline" ]; do
+	if [ "$n" -lt ${#order[@]} ]; then kind=${order[n]}; else kind=${kinds[RANDOM % ${#kinds[@]}]}; fi
+	n=$((n + 1))
+	act "$kind"
+	pause=$((RANDOM % 8500 + 500))
+	left=$((deadline - $(now_ms)))
+	[ "$left" -gt 0 ] && sleep "$(seconds_ms $((pause < left ? pause : left)))"
+done
+diag "the nemesis: $(cut -f3 "$work/nemesis.log" | sort | uniq -c | awk '{ printf "%s%s %d", (NR > 1 ? ", " : ""), $2, $1 }')"
+
+# Heal, while the client goes on buying: thaw, restart what is down, then
+# wait until every campaign with unsold stock in PostgreSQL sells again (a
+# probe purchase by a fresh buyer answers ok)
+nemesis_heal() {
+	heal
+	detail="healed: PostgreSQL, worker $(worker_pid), Redis $(redis_pid)"
+}
+act heal
+ok worker_up "healed: Redis thawed and up, the relay thawed, PostgreSQL and its worker up"
+probing=" ${ids//,/ } "
+sells_again() {
+	local cid goods unsold status
+	for cid in $probing; do
+		read -r goods unsold <<<"$(psql_val "SELECT goods, total_stock - sold FROM seckill.campaigns WHERE id = $cid" \
+			2>/dev/null | tr '|' ' ')"
+		[ -n "$unsold" ] || continue
+		if [ "$unsold" -gt 0 ]; then
+			status=$(psql_val "SELECT status FROM seckill_buy('heal-probe-$cid-$(now_ms)', '$goods')" 2>/dev/null)
+			[ "$status" = ok ] || continue
+		fi
+		probing=${probing/ $cid / }
+	done
+	[ -z "${probing// /}" ]
+}
+healed=$(now_ms)
+seckill_wait_for sells_again 20 2>/dev/null
+ok "[ $? -eq 0 ]" "after the heal every campaign with unsold stock in PostgreSQL sells again, within 20 s" &&
+	diag "every campaign sells again $(($(now_ms) - healed)) ms after the heal" ||
+	diag "still not selling after 20 s: $(psql_val "SELECT string_agg(goods || ', ' || (total_stock - sold) || ' unsold', '; ')
+		FROM seckill.campaigns WHERE id IN ($(echo "$probing" | xargs | tr ' ' ','))")"
+# the client buys on for longer than the grace: a false sold_out shows
+sleep $((grace + 2))
+touch "$work/stop"
+seckill_wait_for "! kill -0 $client 2>/dev/null" 60
+ok "[ $? -eq 0 ]" "the client stopped"
+wait "$client"
+client=
+[ -s "$work/client.err" ] && diag "client's stderr: $(head -20 "$work/client.err")"
+
+# What seckill_order() tells now of every purchase of unknown fate, and what
+# the request slots of fresh sessions, more than the client had, find
+/usr/bin/python3 "$SECKILL_ROOT/test/t/fault_client.py" resolve "$work/answers.log" "$work/resolved.log"
+ok "[ $? -eq 0 ]" "seckill_order() asked after the heal for each purchase of unknown fate"
+
+psql -Xq -v ON_ERROR_STOP=1 <<SQL
+SET client_min_messages = warning;
+DROP TABLE IF EXISTS rf_answers, rf_monitor, rf_nemesis, rf_resolved, rf_quiet, rf_false_sold_out;
+CREATE TABLE rf_answers (kind text, t0 bigint, t1 bigint, conn int, user_id text, goods text, status text,
+	order_id bigint, sqlstate text, timeout_ms int, ref bigint, message text);
+\\copy rf_answers FROM '$work/answers.log'
+CREATE TABLE rf_monitor (t0 bigint, t1 bigint, goods text, unsold int);
+\\copy rf_monitor FROM '$work/monitor.log'
+CREATE INDEX ON rf_monitor (goods, t0);
+CREATE TABLE rf_nemesis (t0 bigint, t1 bigint, action text, detail text);
+\\copy rf_nemesis FROM '$work/nemesis.log'
+CREATE TABLE rf_resolved (user_id text, goods text, status text, order_id bigint, sqlstate text,
+	table_status text, table_order_id bigint);
+\\copy rf_resolved FROM '$work/resolved.log'
+SQL
+ok "[ $? -eq 0 ]" "the logs of the client, the monitor and the nemesis loaded for the checker" || done_testing
+calls=$(psql_val "SELECT count(*) FROM rf_answers WHERE kind = 'A'")
+diag "answers: $(psql_val "SELECT string_agg(s || ' ' || n, ', ' ORDER BY n DESC) FROM (SELECT
+	CASE status WHEN 'error' THEN 'error ' || sqlstate ELSE status END s, count(*) n FROM rf_answers
+	WHERE kind = 'A' GROUP BY 1) x")" \
+	"slowest call: $(psql_val "SELECT max(t1 - t0) FROM rf_answers WHERE kind = 'A'") ms"
+ok "[ $calls -ge 2000 ]" "the client made $calls calls"
+
+# the errors after which a purchase may have been made (README: ask
+# seckill_order()), and connections lost to a server going down
+unknown_fate="(sqlstate IN ('SK001', 'SK003', '38000', '57014', 'conn') OR sqlstate LIKE '08%' OR sqlstate LIKE '57P%')"
+# examples "SQL": a few rows, for the diagnostics of a failed check
+examples() { psql -XAq -F ' ' -P footer=off -c "$1 LIMIT 5" 2>&1; }
+campaign_of="JOIN seckill.campaigns c ON c.goods = a.goods AND c.id IN ($ids)"
+
+# 1. I1: no oversell, and sold is what the active orders hold
+is "$(psql_val "SELECT coalesce(string_agg(c.goods || ': stock ' || c.total_stock || ', sold ' || c.sold
+	|| ', active orders ' || a.qty, '; '), '') FROM seckill.campaigns c, LATERAL (SELECT coalesce(sum(qty), 0) qty
+	FROM seckill.orders o WHERE o.campaign_id = c.id AND o.status <> 'cancelled') a
+	WHERE c.id IN ($ids) AND NOT (a.qty <= c.total_stock AND a.qty = c.sold)")" "" \
+	"1. no oversell: per campaign active orders <= total_stock, and sold = active orders"
+
+# 2. I2: one active order per user and campaign
+is "$(psql_val "SELECT count(*) FROM (SELECT 1 FROM seckill.orders WHERE campaign_id IN ($ids)
+	AND status <> 'cancelled' GROUP BY campaign_id, user_id HAVING count(*) > 1) d")" 0 \
+	"2. no double order: one active order per campaign and user"
+
+# 3. I3: every ok has its order, with that user (cancelled since, maybe)
+lost="FROM rf_answers a $campaign_of WHERE a.kind = 'A' AND a.status = 'ok' AND NOT EXISTS (SELECT 1
+	FROM seckill.orders o WHERE o.id = a.order_id AND o.user_id = a.user_id AND o.campaign_id = c.id)"
+n=$(psql_val "SELECT count(*) $lost")
+is "$n" 0 "3. every ok answer ($(psql_val "SELECT count(*) FROM rf_answers WHERE kind = 'A' AND status = 'ok'")) has its order row, with its user" ||
+	diag "$(examples "SELECT a.t0 - $started AS at_ms, a.user_id, a.goods, a.order_id $lost")"
+
+# 4. I7: every duplicate names the user's real order
+wrong="FROM rf_answers a $campaign_of WHERE a.kind = 'A' AND a.status = 'duplicate' AND NOT EXISTS (SELECT 1
+	FROM seckill.orders o WHERE o.id = a.order_id AND o.user_id = a.user_id AND o.campaign_id = c.id)"
+n=$(psql_val "SELECT count(*) $wrong")
+is "$n" 0 "4. every duplicate answer ($(psql_val "SELECT count(*) FROM rf_answers WHERE kind = 'A'
+	AND status = 'duplicate'")) names the user's order in that campaign" ||
+	diag "$(psql_val "SELECT count(*) FILTER (WHERE a.order_id IS NULL) || ' of them with a NULL order_id' $wrong")" \
+		"$(examples "SELECT a.t0 - $started AS at_ms, a.user_id, a.goods, a.order_id $wrong")"
+
+# 5. I7: the fate of every call of unknown outcome, as seckill_order() told
+# it: during the run (when the client asked), a named order exists for that
+# user and campaign, and "none" denies no order older than the call by more
+# than the worker's longest transaction (worker_statement_timeout, 10 s);
+# after the heal, seckill_order() answers, and what seckill.orders holds
+unknown=$(psql_val "SELECT count(*) FROM rf_answers WHERE kind = 'A' AND status = 'error' AND $unknown_fate")
+named="FROM rf_answers a $campaign_of WHERE a.kind = 'R' AND a.status IN ('reserved', 'paid', 'cancelled')
+	AND NOT EXISTS (SELECT 1 FROM seckill.orders o WHERE o.id = a.order_id AND o.user_id = a.user_id AND o.campaign_id = c.id)"
+denied="FROM rf_answers a $campaign_of WHERE a.kind = 'R' AND a.status = 'none' AND EXISTS (SELECT 1
+	FROM seckill.orders o WHERE o.campaign_id = c.id AND o.user_id = a.user_id
+	AND o.created_at < to_timestamp((a.ref - 11000) / 1000.0))"
+differ="FROM rf_resolved r WHERE r.status = 'error' OR (r.status, r.order_id) IS DISTINCT FROM (r.table_status, r.table_order_id)"
+bad=$(psql_val "SELECT (SELECT count(*) $named) + (SELECT count(*) $denied) + (SELECT count(*) $differ)")
+is "$bad" 0 "5. every unknown-fate error ($unknown, of $(psql_val "SELECT count(*) FROM rf_resolved") users) is resolved by seckill_order() to what seckill.orders holds" ||
+	diag "during the run, named an order that is not theirs: $(psql_val "SELECT count(*) $named")" \
+		"$(examples "SELECT a.t0 - $started AS at_ms, a.user_id, a.goods, a.status, a.order_id $named")" \
+		"during the run, none for an older order: $(psql_val "SELECT count(*) $denied")" \
+		"$(examples "SELECT a.ref - $started AS call_at_ms, a.user_id, a.goods $denied")" \
+		"after the heal, an error or another answer than seckill.orders: $(psql_val "SELECT count(*) $differ")" \
+		"$(examples "SELECT r.* $differ")"
+diag "unknown-fate errors asked during the run: $(psql_val "SELECT string_agg(status || ' ' || n, ', ') FROM
+	(SELECT status, count(*) n FROM rf_answers WHERE kind = 'R' GROUP BY 1) x")"
+
+# Each answer with the nemesis' last action before its end (quiet_since:
+# when that ended) and its next action (next_action: when it began)
+psql -Xq -v ON_ERROR_STOP=1 >/dev/null <<SQL
+CREATE TABLE rf_quiet AS
+SELECT a.*, coalesce(q.quiet_since, 0) AS quiet_since, q.last_action,
+	coalesce(x.next_action, 9223372036854775807) AS next_action
+FROM rf_answers a
+LEFT JOIN LATERAL (SELECT n.t1 AS quiet_since, n.action || ' at ' || round((n.t0 - $started) / 1000.0, 1) || ' s'
+	AS last_action FROM rf_nemesis n WHERE n.t0 <= a.t1 ORDER BY n.t1 DESC LIMIT 1) q ON true
+LEFT JOIN LATERAL (SELECT min(n.t0) AS next_action FROM rf_nemesis n WHERE n.t0 > a.t1) x ON true
+WHERE a.kind = 'A';
+SQL
+
+# 6. I7, I9: no sold_out while PostgreSQL holds unsold stock, once the
+# grace after the last fault or DBA action has passed.  A sold_out answer
+# (a call from t0 to t1) is false when nothing of the nemesis ran from t0 -
+# grace to t1, and the first sample of the monitor after t1, taken before
+# the nemesis' next action, saw stock unsold in PostgreSQL.  Only the
+# nemesis gives stock back, so stock unsold then was unsold at t1 too.
+psql -Xq -v ON_ERROR_STOP=1 >/dev/null <<SQL
+CREATE TABLE rf_false_sold_out AS
+SELECT a.t0, a.t1, a.goods, a.quiet_since, a.last_action, m.unsold
+FROM rf_quiet a
+CROSS JOIN LATERAL (SELECT m.unsold FROM rf_monitor m WHERE m.goods = a.goods AND m.t0 >= a.t1
+	AND m.t1 < a.next_action ORDER BY m.t0 LIMIT 1) m
+WHERE a.status = 'sold_out' AND a.quiet_since < a.t0 - $grace * 1000 AND m.unsold > 0;
+SQL
+n=$(psql_val "SELECT count(*) FROM rf_false_sold_out")
+is "$n" 0 "6. no sold_out answer more than $grace s after the last fault or DBA action while PostgreSQL had unsold stock" ||
+	diag "$(psql_val "SELECT f.goods || ': ' || f.n || ' false sold_out; the latest ' || round((f.t1 - f.quiet_since) / 1000.0, 1)
+		|| ' s after the end of ' || f.last_action || ', ' || f.unsold || ' unsold in PostgreSQL; meanwhile it answered '
+		|| (SELECT string_agg(status || ' ' || c, ', ') FROM (SELECT status, count(*) c FROM rf_quiet b
+			WHERE b.goods = f.goods AND b.t1 > f.quiet_since AND b.t1 <= f.t1 GROUP BY 1 ORDER BY 2 DESC) s)
+		FROM (SELECT DISTINCT ON (goods) goods, count(*) OVER (PARTITION BY goods) n, quiet_since, last_action, t1, unsold
+			FROM rf_false_sold_out ORDER BY goods, t1 - quiet_since DESC) f")"
+
+# 7. I9: after the heal, without a reconcile, Redis agrees with PostgreSQL for
+# every campaign: stock = total - sold, journal settled, a buyer per active order
+agreement="SELECT c.goods, s.redis_stock, s.pg_stock, s.in_flight, s.redis_buyers, (SELECT count(*) FROM seckill.orders o
+	WHERE o.campaign_id = c.id AND o.status <> 'cancelled') AS active_orders
+	FROM seckill.campaigns c, LATERAL seckill_status(c.goods) s WHERE c.id IN ($ids)"
+agree() {
+	[ "$(psql_val "SELECT count(*) FROM ($agreement) x WHERE (redis_stock, in_flight, redis_buyers)
+		IS DISTINCT FROM (pg_stock, 0, active_orders)" 2>/dev/null)" = 0 ]
+}
+seckill_wait_for agree 10 2>/dev/null
+ok "[ $? -eq 0 ]" "7. after the heal, without a reconcile, Redis agrees with PostgreSQL: stock = total_stock - sold, journal empty, a buyer per active order" ||
+	diag "$(examples "$agreement")"
+
+# 8. I4: no reservation both an order and a compensation
+is "$(psql_val "SELECT count(*) FROM seckill.compensations k JOIN seckill.orders o ON o.id = k.request_id
+	WHERE k.campaign_id IN ($ids)")" 0 "8. no compensation is also an order"
+
+# 9. I9: no request slot lost to a cancel, a crash or a timeout.  In the
+# run: no call of the default timeout (5 s) that began more than the grace
+# after the nemesis' last action failed for want of a free slot of its
+# connection (SK002 "... before it was made": both slots held by earlier
+# requests given up on, which a live worker frees within milliseconds).
+# After the heal, fresh sessions, more than the client had, all open at
+# once: none lost a slot (fault_client.py slots: with the worker frozen, a
+# request given up on holds one slot of each, and a second one finds the
+# other free unless it was lost), and the worker frees what they gave up on.
+starved="FROM rf_quiet WHERE sqlstate = 'SK002' AND message LIKE '%before it was made%' AND timeout_ms IS NULL
+	AND quiet_since < t0 - $grace * 1000"
+sessions=$((connections + 16))
+/usr/bin/python3 "$SECKILL_ROOT/test/t/fault_client.py" slots "$sessions" "$big" "$work/slots.log"
+probed=$(sed -n 's/^calls //p' "$work/slots.log")
+is "$(psql_val "SELECT count(*) $starved")/$(grep -c 'before it was made' "$work/slots.log")" 0/0 \
+	"9. no request slot leaked: no SK002 before it was made in the run after the grace, nor in ${probed:-no} calls of $sessions fresh sessions" ||
+	diag "in the run: $(examples "SELECT round((t0 - $started) / 1000.0, 1) AS at_s, conn, last_action, message $starved")" \
+		"fresh sessions: $(grep 'before it was made' "$work/slots.log" | cut -c1-200 | sort | uniq -c | sort -rn | head -3)"
+diag "fresh sessions' answers: $(grep -v '^calls ' "$work/slots.log" | cut -d' ' -f1,2 | sort | uniq -c | xargs)"
+is "$(grep -Ec '^(live|thawed) [^a]' "$work/slots.log")" 0 \
+	"the fresh sessions' calls with the worker live all answered, before and after it was frozen"
+
+# 10. I7: every error is one the README documents for seckill_buy, or a
+# connection lost to a server going down
+is "$(psql_val "SELECT coalesce(string_agg(DISTINCT sqlstate || ' ' || left(message, 100), '; '), '') FROM rf_answers
+	WHERE kind = 'A' AND status = 'error' AND NOT ($unknown_fate OR sqlstate IN ('SK002', '55P03'))")" "" \
+	"10. every error has a documented SQLSTATE"
+
+[ "$TAP_FAILED" -gt 0 ] && diag "the nemesis (s into the run, ms it took):" \
+	"$(awk -F'\t' -v s="$started" '{ printf "%7.1f %6d %s: %s\n", ($1 - s) / 1000, $2 - $1, $3, $4 }' "$work/nemesis.log")"
+
+# the campaigns closed, the tables dropped
+psql -XAtq -c "SELECT seckill_close('$big'), seckill_close('$sharded'), seckill_close('$tiny')" >/dev/null 2>&1
+[ "${SECKILL_KEEP:-0}" = 1 ] ||
+	psql_val "DROP TABLE rf_answers, rf_monitor, rf_nemesis, rf_resolved, rf_quiet, rf_false_sold_out" >/dev/null
+seckill_configure "RESET seckill.redis_port"
+ok "[ $? -eq 0 ]" "the worker reaches Redis on its own port again"
+done_testing

@@ -22,6 +22,7 @@
 
 #include "redis/redis.h"
 #include "shared/campaign_cache.h"
+#include "shared/shmem.h"
 #include "store/store.h"
 #include "utils/timestamp.h"
 #include "worker/epoch.h"
@@ -108,8 +109,8 @@ judge(const SkCampaignRow *row, const SkReply *r, int64 *in_redis)
 }
 
 /*
- * The audit: due once a second; the caller has flushed the commit stage and
- * the settled journal entries, and Redis is ready (its journals replayed).
+ * The audit, when due: the caller has flushed the commit stage (the worker
+ * is between rounds).
  */
 void
 sk_audit(void)
@@ -122,6 +123,14 @@ sk_audit(void)
 	int			reply = 0;
 
 	audit_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_audit_interval);
+	/* without Redis, or selling from PostgreSQL alone: the next audit, then */
+	if (seckill_shared->sales_from_database || !sk_journal_ready())
+		return;
+	/* the last round's settled orders dropped, so that the journals count only what is unsettled */
+	if (sk_journal_has_settles())
+		sk_journal_flush_settles();
+	if (sk_journal_needs_replay())
+		return;
 	rows = store_preheated_campaigns();
 	if (store_sql_outdated || rows == NIL)
 		return;

@@ -140,6 +140,8 @@ sk_journal_retry_blocked(void)
 	if (n == 0 || GetCurrentTimestamp() < blocked_retry_at)
 		return;
 	blocked_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REPLAY_RETRY_MS);
+	if (!sk_journal_ready())
+		return;					/* a new connection replays them all */
 	ids = palloc(sizeof(int64) * n);
 	for (int i = 0; i < n; i++)
 		ids[i] = blocked[i].campaign_id;

@@ -928,16 +928,11 @@ seckill_worker_main(Datum main_arg)
 		/* a lease kept for a caller's next batch, and the caller stopped asking */
 		kept_due = sk_lease_give_kept_if_idle();
 
-		/* the replays Redis refused; Redis against PostgreSQL, the last round's orders settled */
-		if ((sk_journal_retry_wait() == 0 || sk_audit_wait() == 0) &&
-			!seckill_shared->sales_from_database && sk_journal_ready())
-		{
+		/* the replays Redis refused; Redis held against PostgreSQL */
+		if (sk_journal_retry_wait() == 0)
 			sk_journal_retry_blocked();
-			if (sk_journal_has_settles())
-				sk_journal_flush_settles();
-			if (sk_audit_wait() == 0 && !sk_journal_needs_replay())
-				sk_audit();
-		}
+		if (sk_audit_wait() == 0)
+			sk_audit();
 
 		n = take_round(&nbuys);
 		if (n > 0)

@@ -45,20 +45,6 @@ sk_audit_wait(void)
 	return ms > 0 ? ms : 0;
 }
 
-/* Is every shard of the row's campaign on a master the worker reaches, and not being rebuilt? */
-static bool
-auditable(const SkCampaignRow *row)
-{
-	int			nshards = Max(row->limits.shards, 1);
-
-	if (sk_rebuild_busy(row->id))
-		return false;
-	for (int shard = 0; shard < nshards; shard++)
-		if (!sk_redis_serves(sk_shard_key(row->id, shard, nshards, "meta")))
-			return false;
-	return true;
-}
-
 typedef enum Finding
 {
 	AUDIT_AGREES,
@@ -140,7 +126,8 @@ sk_audit(void)
 		SkCampaignRow *row = lfirst(lc);
 		int			nshards = Max(row->limits.shards, 1);
 
-		if (!auditable(row))
+		/* a campaign being rebuilt, or on a Cluster master down, waits for that */
+		if (sk_rebuild_busy(row->id) || !sk_campaign_served(row->id))
 			continue;
 		audited = lappend(audited, row);
 		for (int shard = 0; shard < nshards; shard++)

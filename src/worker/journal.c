@@ -350,8 +350,8 @@ sk_journal_replay_campaign(int64 id, int *committed, int *compensated)
  * Is every shard of the campaign on a master the worker reaches?  (In a
  * Redis Cluster one may be down; its campaigns wait, nothing can reach them.)
  */
-static bool
-served(int64 id)
+bool
+sk_campaign_served(int64 id)
 {
 	int			nshards = sk_campaign_shards(id);
 
@@ -381,7 +381,7 @@ replay_all(void)
 	{
 		SkCampaignRow *row = lfirst(lc);
 
-		if (!served(row->id))
+		if (!sk_campaign_served(row->id))
 			unreached++;
 		else if (sk_journal_replay_campaign(row->id, NULL, NULL))
 			unblock(row->id);

@@ -31,5 +31,6 @@ extern void sk_journal_retry_blocked(void);
 /* A campaign's stock shards, and the keys of one: meta, buyers, journal. */
 extern int	sk_campaign_shards(int64 campaign_id);
 extern void sk_campaign_keys(int64 campaign_id, int shard, int nshards, const char **keys);
+extern bool sk_campaign_served(int64 campaign_id);
 
 #endif							/* SECKILL_JOURNAL_H */

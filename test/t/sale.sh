@@ -231,6 +231,7 @@ resumed() {
 	orders=$(sale_orders)
 	started=$(now_ms)
 	seckill_wait_for "[ \$(purchases $2) -ge $((calls + 500)) ] && sale_orders_at_least $((orders + 200))" 30
-	ok "[ $? -eq 0 ]" "$1: sales resume by themselves, on the new master"
+	ok "[ $? -eq 0 ]" "$1: sales resume by themselves, on the new master" ||
+		diag "$1: $(figures)" "$1: the worker since then:" "$(tail -c +"$((${mark:-0} + 1))" "$log" | grep -i 'seckill' | tail -n 40)"
 	diag "$1: 500 purchases on the new master within $(($(now_ms) - started)) ms of its taking over"
 }

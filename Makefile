@@ -53,3 +53,18 @@ src/build_flags: FORCE
 	@echo '$(PG_CPPFLAGS)' | cmp -s - $@ || echo '$(PG_CPPFLAGS)' > $@
 
 .PHONY: FORCE
+
+# Every source file, and every header alone, compiled with the build's own
+# flags (-Werror) against the server headers of includedir_server; the suite
+# runs it against the oldest PostgreSQL 15 minor Debian 12 has
+# (test/t/02_headers.t): make check-headers includedir_server=DIR
+check-headers: src/redis/lua_scripts.h
+	@set -e; for f in $(SECKILL_SOURCES); do \
+		$(CC) $(CFLAGS) $(CPPFLAGS) -fsyntax-only $$f; \
+	done; \
+	for h in $(SECKILL_HEADERS); do \
+		printf '#include "postgres.h"\n#include "%s"\n' "$${h#src/}" | \
+			$(CC) $(CFLAGS) $(CPPFLAGS) -fsyntax-only -x c - || { echo "$$h does not compile alone" >&2; exit 1; }; \
+	done
+
+.PHONY: check-headers

@@ -12,6 +12,7 @@
 #include "seckill.h"
 
 #include "access/htup.h"
+#include "access/xlogdefs.h"
 #include "access/tupdesc.h"
 #include "nodes/pg_list.h"
 

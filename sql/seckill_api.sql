@@ -347,7 +347,7 @@ SELECT state FROM seckill.campaigns WHERE id = :fenced_id;
 UPDATE seckill.fences SET token = 0 WHERE name = 'seckill:campaign:' || :fenced_id;
 SELECT seckill_close('fenced');
 
--- from 1.0 to 1.7: the campaigns keep their data and get token secrets;
+-- from 1.0 to 1.8: the campaigns keep their data and get token secrets;
 -- the roles that could buy still can
 DROP EXTENSION seckill;
 CREATE EXTENSION seckill VERSION '1.0';

@@ -9,8 +9,9 @@ set -euo pipefail
 
 # the client examples' drivers (test/t/47_clients.t): psycopg 3, and Node.js
 # with npm unless the machine has them (pg itself comes from the npm
-# registry); PgBouncer (test/t/48_pgbouncer.t)
-SECKILL_PACKAGES+=(python3-psycopg pgbouncer)
+# registry); PgBouncer (test/t/48_pgbouncer.t); postgres_exporter
+# (test/t/62_exporter.t)
+SECKILL_PACKAGES+=(python3-psycopg pgbouncer prometheus-postgres-exporter)
 command -v npm >/dev/null || SECKILL_PACKAGES+=(nodejs npm)
 seckill_install_deps
 # with the crash points of the fault tests (test/t/70_crash_points.t)

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# What a release says of itself agrees: the license, the PGXN metadata, the
+# changelog, the upgrade scripts and the library all name the version of
+# seckill.control, and the upgrade scripts chain from 1.0 to it.
+set -uo pipefail
+# shellcheck source=test/t/tap.sh
+. "$(dirname "$0")/tap.sh"
+
+cd "$SECKILL_ROOT" || exit 1
+version=$(sed -n "s/^default_version = '\(.*\)'$/\1/p" seckill.control)
+ok "[ -n '$version' ]" "seckill.control's default_version: $version" || done_testing
+
+ok "head -n 1 LICENSE | grep -qx 'PostgreSQL License'" "LICENSE: the PostgreSQL License"
+
+meta() { python3 -c 'import json, sys; m = json.load(open("META.json")); print(eval(sys.argv[1]))' "$1" 2>&1; }
+is "$(meta 'm["meta-spec"]["version"]')" 1.0.0 "META.json follows the PGXN meta spec 1.0.0"
+is "$(meta 'm["version"]')" "$version" "META.json's version is default_version"
+is "$(meta 'm["provides"]["seckill"]["version"]')" "$version" "and so is that of the extension it provides"
+is "$(meta 'm["license"]')" postgresql "META.json names the license"
+file=$(meta 'm["provides"]["seckill"]["file"]')
+ok "[ -f '$file' ]" "the file it names exists: $file"
+
+is "$(sed -n 's/^#define SECKILL_SQL_VERSION "\(.*\)"$/\1/p' src/seckill.h)" "$version" \
+	"the library expects the extension at default_version"
+
+# the chain: 1.0, then each script from the version before it
+at=1.0 steps=0
+while next=$(find sql -name "seckill--$at--*.sql" | sed "s/.*--$at--\(.*\)\.sql/\1/") && [ -n "$next" ]; do
+	at=$next
+	steps=$((steps + 1))
+done
+is "$at" "$version" "the upgrade scripts go from 1.0 to $version in $steps steps"
+is "$(find sql -name 'seckill--*--*.sql' | wc -l)" "$steps" "every upgrade script is on that path"
+
+missing=
+for v in 1.0 $(find sql -name 'seckill--*--*.sql' | sed 's/.*--\(.*\)\.sql/\1/'); do
+	grep -qx "## $v" CHANGELOG.md || missing="$missing $v"
+done
+is "${missing:-none}" none "CHANGELOG.md has a section for every version"
+is "$(grep -m1 '^## ' CHANGELOG.md)" "## $version" "its newest is default_version"
+done_testing

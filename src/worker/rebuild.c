@@ -6,9 +6,11 @@
  *		sales from PostgreSQL alone.
  *
  * A campaign of millions of buyers takes seconds to load, so a rebuild runs
- * in steps of a few milliseconds between the worker's rounds, one campaign
- * at a time, under the campaign's lease, which it holds from its first step
- * to its last.  Each step stages a keyset page of buyers in a staged set per
+ * in steps of a few milliseconds between the worker's rounds, under the
+ * campaign's lease, which it holds from its first step to its last.  The
+ * campaigns queued take a step each in turn: after a Redis failover, a
+ * campaign on sale is not held back by the whole rebuild of every other
+ * campaign still preheated, however many buyers they have.  Each step stages a keyset page of buyers in a staged set per
  * shard; the last step swaps the staged sets in with the stock PostgreSQL
  * has then (lua/load.lua).  Meanwhile the campaign's purchases are answered
  * busy, its other admin requests wait for the rebuild and are served after
@@ -71,7 +73,7 @@ typedef struct Rebuild
 	List	   *deferred;		/* RoundItem *: served when it ends */
 } Rebuild;
 
-/* Queued rebuilds; the first is under way.  In rebuild_cxt. */
+/* Queued rebuilds; the first takes the next step.  In rebuild_cxt. */
 static List *rebuilds = NIL;
 static MemoryContext rebuild_cxt = NULL;
 
@@ -635,9 +637,10 @@ finish(Rebuild *r, const SeckillReply *result)
 }
 
 /*
- * One step of the rebuild under way, a page of buyers sized to take about
- * STEP_BUDGET_MS.  Returns the requests that waited for it if it ended, for
- * the caller to serve.
+ * One step of the first rebuild queued, a page of buyers sized to take
+ * about STEP_BUDGET_MS; then that rebuild goes to the end of the queue.
+ * Returns the requests that waited for it if it ended, for the caller to
+ * serve.
  */
 List *
 sk_rebuild_step(void)
@@ -660,12 +663,18 @@ sk_rebuild_step(void)
 		ended = advance(r, &reply);
 		r->lease = sk_lease_detach();
 	}
-	return ended ? finish(r, &reply) : NIL;
+	if (ended)
+		return finish(r, &reply);
+	/* the next step is the next campaign's (the list, never emptied here, stays in rebuild_cxt) */
+	if (list_length(rebuilds) > 1)
+		rebuilds = lappend(list_delete_first(rebuilds), r);
+	return NIL;
 }
 
 /*
- * The step under way failed with an ERROR, and the lease it held was given
- * back: the rebuild ends with that error.
+ * The step under way (of the first rebuild queued: it goes to the end of
+ * the queue only once its step returned) failed with an ERROR, and the lease
+ * it held was given back: the rebuild ends with that error.
  */
 List *
 sk_rebuild_failed(const SeckillReply *why)

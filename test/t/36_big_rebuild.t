@@ -7,7 +7,8 @@
 # cancellation is done at once and its buyer may buy again after it; a
 # restock waits for the rebuild; a preheat waits for it and answers its
 # result; a caller that gives up on its preheat is not made to wait by its
-# next call.
+# next call.  Then Redis restarts empty: a campaign preheated after the big
+# one sells again before the big one's rebuild is done.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
@@ -85,7 +86,35 @@ is "$(psql_val "SELECT redis_buyers || '/' || redis_stock || '/' || pg_stock FRO
 is "$(psql_val "SELECT status FROM seckill_buy('$cancelled_user', '$big')")" ok "the cancelled buyer may buy again"
 ok "grep -q 'number of failed transactions: 0' '$work/during/pgbench.out'" "no purchase of the sale failed meanwhile"
 
-for goods in "$big" "$sale"; do
+# Redis restarted empty: every preheated campaign is rebuilt, a step each in
+# turn, so a campaign created after the big one sells again while the big
+# one is still being rebuilt, not once its 1,500,000 buyers are all back
+late="late-$tag"
+psql_val "SELECT seckill_campaign_create('$late', 1000)" >/dev/null
+is "$(psql_val "SELECT seckill_preheat('$late')")" 1000 \
+	"a campaign created after the big one, preheated"
+seckill_redis_restart_empty
+restarted=$(date +%s%3N)
+# a buyer of the big one comes first: its rebuild is queued first
+seckill_wait_for "[ \"\$(psql_val \"SELECT status FROM seckill_buy('first-after-restart', '$big')\" 2>/dev/null)\" = busy ]" 30
+ok "[ $? -eq 0 ]" "Redis restarted empty: a purchase of the big campaign is answered busy, its rebuild begun"
+n=0
+sells_again() {
+	n=$((n + 1))
+	[ "$(psql_val "SELECT status FROM seckill_buy('late-$n', '$late')" 2>/dev/null)" = ok ]
+}
+seckill_wait_for sells_again 30
+ok "[ $? -eq 0 ]" "the late campaign sells again $(($(date +%s%3N) - restarted)) ms after the restart (call $n)"
+is "$(psql_val "SELECT status FROM seckill_buy('probe-after-restart', '$big')")" busy \
+	"while the big one is still being rebuilt: busy"
+rebuilt() {
+	[ "$(psql_val "SELECT s.redis_stock = s.pg_stock AND s.redis_buyers = (SELECT count(*) FROM seckill.orders o
+		WHERE o.campaign_id = $cid AND o.status <> 'cancelled') FROM seckill_status('$big') s" 2>/dev/null)" = t ]
+}
+seckill_wait_for rebuilt 120
+ok "[ $? -eq 0 ]" "the big one rebuilt $(($(date +%s%3N) - restarted)) ms after the restart, all its buyers back"
+
+for goods in "$big" "$sale" "$late"; do
 	psql_val "SELECT seckill_close('$goods')" >/dev/null
 done
 done_testing

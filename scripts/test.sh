@@ -10,8 +10,8 @@ set -euo pipefail
 # the client examples' drivers (test/t/47_clients.t): psycopg 3, and Node.js
 # with npm unless the machine has them (pg itself comes from the npm
 # registry); PgBouncer (test/t/48_pgbouncer.t); postgres_exporter
-# (test/t/62_exporter.t)
-SECKILL_PACKAGES+=(python3-psycopg pgbouncer prometheus-postgres-exporter)
+# (test/t/62_exporter.t); the Debian package's build (test/t/04_debian_package.t)
+SECKILL_PACKAGES+=(python3-psycopg pgbouncer prometheus-postgres-exporter debhelper postgresql-server-dev-all)
 command -v npm >/dev/null || SECKILL_PACKAGES+=(nodejs npm)
 seckill_install_deps
 # with the crash points of the fault tests (test/t/70_crash_points.t)

@@ -112,15 +112,28 @@ def read_command(f):
     return args
 
 
+slots_deck = []
+
+
+def next_slots_kind():
+    """The kind of the next CLUSTER SLOTS answer, dealt from shuffled decks
+    of every kind and "fine": any 20 answers in a row hold every kind."""
+    with rng_lock:
+        if not slots_deck:
+            slots_deck.extend(SLOTS_KINDS + ["fine"])
+            rng.shuffle(slots_deck)
+        return slots_deck.pop()
+
+
 def serve(sock):
     """Each connection answers one command, drawn at random, with garbage."""
     cid = next(conn_ids)
     f = sock.makefile("rb")
     with rng_lock:
         victim = rng.randint(0, 40)
-        slots_kind = rng.choice(SLOTS_KINDS + ["fine"])
-    if mode() is not None:
-        victim, slots_kind = -1, mode()
+    forced = mode()
+    if forced is not None:
+        victim = -1
     n = 0
     try:
         while True:
@@ -132,7 +145,8 @@ def serve(sock):
             n += 1
             with rng_lock:
                 kind = rng.choice(GARBAGE) if bad else "fine"
-            if name == b"CLUSTER SLOTS" and slots_kind != "fine":
+            slots_kind = (forced or next_slots_kind()) if name == b"CLUSTER SLOTS" else "fine"
+            if slots_kind != "fine":
                 kind = slots_kind
                 out = slots_reply(kind)
             elif bad:

@@ -10,9 +10,10 @@
  * campaign's lease, which it holds from its first step to its last.  The
  * campaigns queued take a step each in turn: after a Redis failover, a
  * campaign on sale is not held back by the whole rebuild of every other
- * campaign still preheated, however many buyers they have.  Each step stages a keyset page of buyers in a staged set per
- * shard; the last step swaps the staged sets in with the stock PostgreSQL
- * has then (lua/load.lua).  Meanwhile the campaign's purchases are answered
+ * campaign still preheated, however many buyers they have.  Each step
+ * stages a keyset page of buyers in a staged set per shard; the last step
+ * swaps the staged sets in with the stock PostgreSQL has then
+ * (lua/load.lua).  Meanwhile the campaign's purchases are answered
  * busy, its other admin requests wait for the rebuild and are served after
  * it, and a cancellation of one of its orders removes the buyer from the
  * staged set.  Nothing else changes what PostgreSQL says about the campaign,

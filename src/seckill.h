@@ -56,7 +56,7 @@ typedef enum SeckillStatus
 extern const char *seckill_status_name(SeckillStatus status);
 
 /*
- * seckill's own SQLSTATEs, class SK (the README's table of errors): a caller
+ * seckill's own SQLSTATEs, class SK (docs/REFERENCE.md's table of errors): a caller
  * can tell them from business refusals (55000 and the like) and from its own
  * cancel or statement_timeout (57014).
  */

@@ -293,7 +293,7 @@ diag "answers: $(psql_val "SELECT string_agg(s || ' ' || n, ', ' ORDER BY n DESC
 	"slowest call: $(psql_val "SELECT max(t1 - t0) FROM rf_answers WHERE kind = 'A'") ms"
 ok "[ $calls -ge 2000 ]" "the client made $calls calls"
 
-# the errors after which a purchase may have been made (README: ask
+# the errors after which a purchase may have been made (docs/REFERENCE.md: ask
 # seckill_order()), and connections lost to a server going down
 unknown_fate="(sqlstate IN ('SK001', 'SK003', '38000', '57014', 'conn') OR sqlstate LIKE '08%' OR sqlstate LIKE '57P%')"
 # examples "SQL": a few rows, for the diagnostics of a failed check
@@ -426,7 +426,7 @@ diag "fresh sessions' answers: $(grep -v '^calls ' "$work/slots.log" | cut -d' '
 is "$(grep -Ec '^(live|thawed) [^a]' "$work/slots.log")" 0 \
 	"the fresh sessions' calls with the worker live all answered, before and after it was frozen"
 
-# 10. I7: every error is one the README documents for seckill_buy, or a
+# 10. I7: every error is one docs/REFERENCE.md documents for seckill_buy, or a
 # connection lost to a server going down
 is "$(psql_val "SELECT coalesce(string_agg(DISTINCT sqlstate || ' ' || left(message, 100), '; '), '') FROM rf_answers
 	WHERE kind = 'A' AND status = 'error' AND NOT ($unknown_fate OR sqlstate IN ('SK002', '55P03'))")" "" \

@@ -20,7 +20,7 @@ STOP_FILE exists, each answer is appended to LOG, one tab-separated line:
 t0 and t1 in ms since the epoch, status "error" for an error (sqlstate
 "conn" when the connection broke without one), \\N for what is missing
 (ref always).
-After an error whose fate is unknown (README: "ask seckill_order()") the
+After an error whose fate is unknown (docs/REFERENCE.md: "ask seckill_order()") the
 connection asks seckill_order() up to 8 times, and logs what it was told:
 
     R t0 t1 conn user goods status order_id sqlstate timeout_ms ref message
@@ -71,7 +71,7 @@ def field(value):
 
 def unknown_fate(sqlstate):
     """SQLSTATEs after which the purchase may have been made: seckill's
-    (README's table of errors), a cancel, and a connection that broke or was
+    (docs/REFERENCE.md's table of errors), a cancel, and a connection that broke or was
     terminated by a server going down."""
     return (sqlstate is None or sqlstate == "conn" or sqlstate in UNKNOWN_FATE
             or sqlstate.startswith("08") or sqlstate.startswith("57P"))

@@ -3,7 +3,8 @@
  * stats_view.c
  *		The seckill.stats view and seckill_stats_reset(), the
  *		seckill.redis_nodes view and seckill_campaign_nodes(): the figures
- *		in shared memory as rows.
+ *		in shared memory as rows; and the sold-out flag that seckill.storefront
+ *		reads.
  *
  *-------------------------------------------------------------------------
  */
@@ -23,6 +24,7 @@ PG_FUNCTION_INFO_V1(seckill_stats_reset);
 PG_FUNCTION_INFO_V1(seckill_slots_in_use_now);
 PG_FUNCTION_INFO_V1(seckill_redis_nodes_rows);
 PG_FUNCTION_INFO_V1(seckill_campaign_nodes_rows);
+PG_FUNCTION_INFO_V1(seckill_sold_out_cached);
 
 #define STATS_COLUMNS 27
 
@@ -139,6 +141,18 @@ seckill_slots_in_use_now(PG_FUNCTION_ARGS)
 {
 	seckill_check_database();
 	PG_RETURN_INT32(seckill_slots_in_use());
+}
+
+/*
+ * seckill.sold_out_cached(campaign_id bigint) RETURNS boolean: whether this
+ * server's backends answer sold_out for the campaign from shared memory, as
+ * seckill_buy does; false for a campaign that is not preheated.
+ */
+Datum
+seckill_sold_out_cached(PG_FUNCTION_ARGS)
+{
+	seckill_check_database();
+	PG_RETURN_BOOL(seckill_campaign_sold_out(PG_GETARG_INT64(0)));
 }
 
 /*

@@ -70,6 +70,23 @@ seckill_campaign_lookup(const char *goods, SeckillCampaign *out)
 	return found;
 }
 
+/* Backends: do this server's backends answer sold_out for the campaign? */
+bool
+seckill_campaign_sold_out(int64 id)
+{
+	bool		sold_out = false;
+
+	LWLockAcquire(seckill_campaign_cache->lock, LW_SHARED);
+	for (int i = 0; i < seckill_max_campaigns; i++)
+		if (seckill_campaigns[i].id == id && id != 0)
+		{
+			sold_out = pg_atomic_read_u32(&seckill_campaigns[i].sold_out) != 0;
+			break;
+		}
+	LWLockRelease(seckill_campaign_cache->lock);
+	return sold_out;
+}
+
 SeckillCampaign *
 seckill_campaign_find(int64 id)
 {

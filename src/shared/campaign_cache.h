@@ -47,6 +47,7 @@ extern void seckill_campaign_cache_register(void);
 
 /* backends */
 extern bool seckill_campaign_lookup(const char *goods, SeckillCampaign *out);
+extern bool seckill_campaign_sold_out(int64 id);
 
 /* worker */
 extern SeckillCampaign *seckill_campaign_find(int64 id);

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# The entrypoint of the seckill image.
+# The entrypoint of the seckill image, with the conventions of the official
+# postgres image.
 #
 # On the first start (no cluster in PGDATA) it makes one from the
-# environment: initdb with POSTGRES_PASSWORD (scram-sha-256, connections from
-# the network with a password), seckill and pg_cron preloaded, both extensions
-# created in SECKILL_DATABASE and the housekeeping jobs scheduled there.  On
-# every start it writes the Redis settings from the environment, then runs
-# postgres as its child: SIGTERM or SIGINT stop it with a fast shutdown,
-# SIGHUP reloads its configuration.
+# environment: initdb with the superuser POSTGRES_USER (default postgres),
+# its password POSTGRES_PASSWORD and the options POSTGRES_INITDB_ARGS
+# (scram-sha-256 from the network, peer through the socket); seckill and
+# pg_cron preloaded; the database POSTGRES_DB (default: POSTGRES_USER's name)
+# created, both extensions created in SECKILL_DATABASE (default POSTGRES_DB)
+# and the housekeeping jobs scheduled there; then the files of
+# /docker-entrypoint-initdb.d, in the order of their names: *.sql and *.sql.gz
+# run by psql in POSTGRES_DB as POSTGRES_USER, *.sh run (if executable) or
+# sourced, as the user postgres.  A file that fails stops the first start,
+# and the next start begins it again.  On every start it writes the Redis
+# settings from the environment, then runs postgres as its child: SIGTERM or
+# SIGINT stop it with a fast shutdown, SIGHUP reloads its configuration.
 #
 #   IMAGE [postgres] [-c name=value ...]   postgres, with these options
 #   IMAGE COMMAND...                       any other command, as is
@@ -15,10 +22,16 @@ set -euo pipefail
 
 PGDATA=${PGDATA:-/var/lib/postgresql/data/pgdata}
 SOCKETS=/var/run/postgresql
+INITDB_D=/docker-entrypoint-initdb.d
 # seckill refuses a password file that anyone but its owner may read
 # (chmod 600), which a mounted secret seldom is: it reads a copy.
 REDIS_PASSWORD_COPY=/var/lib/postgresql/seckill-redis.pass
 CONTAINER_CONF=seckill-container.conf
+# As the official image: the superuser's name, the database made for it, and
+# seckill's database, each defaulting to the one before.
+POSTGRES_USER=${POSTGRES_USER:-postgres}
+POSTGRES_DB=${POSTGRES_DB:-$POSTGRES_USER}
+SECKILL_DATABASE=${SECKILL_DATABASE:-$POSTGRES_DB}
 
 die() {
 	echo "seckill-entrypoint: $*" >&2
@@ -35,13 +48,31 @@ conf_quote() {
 	printf "'%s'" "${value//\'/\'\'}"
 }
 
+# a name quoted for pg_ident.conf
+ident_quote() {
+	printf '"%s"' "${1//\"/\"\"}"
+}
+
+# on or off, from a boolean of the environment
+conf_bool() {
+	case ${2,,} in
+	on | true | yes | 1) echo on ;;
+	'' | off | false | no | 0) echo off ;;
+	*) die "$1 must be on or off, not '$2'" ;;
+	esac
+}
+
 # The Redis settings, from the environment of this start: a container made
 # anew with other values takes them.  ALTER SYSTEM still overrides them.
 write_container_conf() {
-	local dir=$1 port=${SECKILL_REDIS_PORT:-6379} password_file=
+	local dir=$1 port=${SECKILL_REDIS_PORT:-6379} password_file='' cluster
 	case $port in
 	'' | *[!0-9]*) die "SECKILL_REDIS_PORT must be a port number, not '$port'" ;;
 	esac
+	cluster=$(conf_bool SECKILL_REDIS_CLUSTER "${SECKILL_REDIS_CLUSTER:-off}")
+	if [ "$cluster" = on ] && [ -n "${SECKILL_REDIS_SENTINELS:-}" ]; then
+		die "set SECKILL_REDIS_CLUSTER or SECKILL_REDIS_SENTINELS, not both: a Redis Cluster names its masters itself"
+	fi
 	if [ -n "${SECKILL_REDIS_PASSWORD_FILE:-}" ]; then
 		[ -r "$SECKILL_REDIS_PASSWORD_FILE" ] ||
 			die "SECKILL_REDIS_PASSWORD_FILE: cannot read $SECKILL_REDIS_PASSWORD_FILE"
@@ -57,37 +88,129 @@ write_container_conf() {
 		echo "seckill.redis_port = $port"
 		echo "seckill.redis_user = $(conf_quote "${SECKILL_REDIS_USER:-}")"
 		echo "seckill.redis_password_file = $(conf_quote "$password_file")"
+		echo "seckill.redis_sentinels = $(conf_quote "${SECKILL_REDIS_SENTINELS:-}")"
+		echo "seckill.redis_master_name = $(conf_quote "${SECKILL_REDIS_MASTER_NAME:-mymaster}")"
+		echo "seckill.redis_cluster = $cluster"
 	} >"$dir/$CONTAINER_CONF"
 	chown postgres:postgres "$dir/$CONTAINER_CONF"
+}
+
+# shellcheck disable=SC2317 # run by process_init_files in a shell of its own
+# The official image's helper, for the scripts of /docker-entrypoint-initdb.d
+# written for it: psql into POSTGRES_DB as POSTGRES_USER, stopping at the
+# first error.
+docker_process_sql() {
+	psql -X -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --no-password --dbname "$POSTGRES_DB" "$@"
+}
+
+# shellcheck disable=SC2317 # run by process_init_files in a shell of its own
+# Run as the user postgres in a shell of its own (process_init_files below):
+# the files of /docker-entrypoint-initdb.d in the order of their names, the
+# name of each written to INIT_CURRENT first.  As in the official image, a
+# sourced script runs in this shell, under set -e.
+run_init_files() {
+	local f
+	for f in "$INITDB_D"/*; do
+		[ -e "$f" ] || continue
+		printf '%s\n' "$f" >"$INIT_CURRENT"
+		case $f in
+		*.sh)
+			if [ -x "$f" ]; then
+				echo "seckill-entrypoint: running $f"
+				"$f"
+			else
+				echo "seckill-entrypoint: sourcing $f"
+				# shellcheck disable=SC1090 # the user's script
+				. "$f"
+			fi
+			;;
+		*.sql)
+			echo "seckill-entrypoint: running $f"
+			docker_process_sql -f "$f"
+			;;
+		*.sql.gz)
+			echo "seckill-entrypoint: running $f"
+			gunzip -c "$f" | docker_process_sql
+			;;
+		*) echo "seckill-entrypoint: ignoring $f (neither *.sh, *.sql nor *.sql.gz)" ;;
+		esac
+	done
+	: >"$INIT_CURRENT.done"
+}
+
+# The files of /docker-entrypoint-initdb.d, against the new cluster in work
+# (running, its socket in work), with the environment the official image
+# gives them: PGHOST, PGUSER and PGPASSWORD to reach it, PGDATA where it is.
+process_init_files() {
+	local work=$1 password=$2 status=0 current
+	[ -d "$INITDB_D" ] || return 0
+	# Unreadable, its files would be skipped without a word.
+	as_postgres test -r "$INITDB_D" -a -x "$INITDB_D" ||
+		init_failed "$work" "$INITDB_D: the user postgres cannot read it (mode $(stat -c %a "$INITDB_D"), owner $(stat -c %U "$INITDB_D"))"
+	# C: the order of the names is the order of their bytes.
+	as_postgres env LC_ALL=C HOME=/var/lib/postgresql PGDATA="$work/pgdata" \
+		PGHOST="$work" PGPORT=5432 PGUSER="$POSTGRES_USER" PGPASSWORD="$password" \
+		POSTGRES_USER="$POSTGRES_USER" POSTGRES_DB="$POSTGRES_DB" POSTGRES_PASSWORD="$password" \
+		INITDB_D="$INITDB_D" INIT_CURRENT="$work/init-current" \
+		bash -c "set -Eeo pipefail; $(declare -f docker_process_sql run_init_files); run_init_files" ||
+		status=$?
+	current=$(cat "$work/init-current" 2>/dev/null) || current=$INITDB_D
+	if [ "$status" -ne 0 ]; then
+		init_failed "$work" "init script $current failed (exit status $status)"
+	elif [ ! -e "$work/init-current.done" ]; then
+		init_failed "$work" "init script $current ended the first start early (exit in a sourced script?)"
+	fi
+	rm -f "$work/init-current" "$work/init-current.done"
+}
+
+# A file of /docker-entrypoint-initdb.d failed: the new cluster goes down and
+# the first start fails; the next start begins it again.
+init_failed() {
+	as_postgres pg_ctl -D "$1/pgdata" -w -m immediate stop >/dev/null 2>&1 || true
+	die "$2: no cluster is kept, the next start begins again"
 }
 
 # Made aside and moved into PGDATA with PG_VERSION last, so that a first
 # start that fails half-way is done again from the start next time.
 initialize() {
-	local password=${POSTGRES_PASSWORD:-} db=${SECKILL_DATABASE:-postgres}
-	local work=${PGDATA%/}.initializing
+	local password=${POSTGRES_PASSWORD:-} user=$POSTGRES_USER db=$SECKILL_DATABASE
+	local work=${PGDATA%/}.initializing initdb_args=()
 	if [ -n "${POSTGRES_PASSWORD_FILE:-}" ]; then
 		password=$(head -n 1 "$POSTGRES_PASSWORD_FILE") ||
 			die "POSTGRES_PASSWORD_FILE: cannot read $POSTGRES_PASSWORD_FILE"
 	fi
 	[ -n "$password" ] ||
-		die "set POSTGRES_PASSWORD (or POSTGRES_PASSWORD_FILE) for the first start: the password of the superuser postgres"
+		die "set POSTGRES_PASSWORD (or POSTGRES_PASSWORD_FILE) for the first start: the password of the superuser $user"
 	if [ -d "$PGDATA" ] && [ -n "$(ls -A "$PGDATA")" ]; then
 		die "$PGDATA is not empty but holds no cluster (no PG_VERSION): empty it or set PGDATA elsewhere"
 	fi
+	# Split as a shell would, quotes and all, as the official image does.
+	eval "initdb_args=(${POSTGRES_INITDB_ARGS:-})"
 
-	echo "seckill-entrypoint: first start: a new cluster in $PGDATA, seckill in database \"$db\""
+	echo "seckill-entrypoint: first start: a new cluster in $PGDATA, superuser \"$user\", seckill in database \"$db\""
 	rm -rf "$work"
 	install -d -o postgres -g postgres -m 700 "$work"
 	printf '%s\n' "$password" >"$work/password"
 	chown postgres:postgres "$work/password"
-	if ! as_postgres initdb -D "$work/pgdata" -U postgres --pwfile="$work/password" \
-		--auth-local=peer --auth-host=scram-sha-256 -E UTF8 --locale=C.UTF-8 >"$work/initdb.log" 2>&1; then
+	# POSTGRES_INITDB_ARGS last: initdb takes the last of an option given twice.
+	if ! as_postgres initdb -D "$work/pgdata" -U "$user" --pwfile="$work/password" \
+		--auth-local=peer --auth-host=scram-sha-256 -E UTF8 --locale=C.UTF-8 "${initdb_args[@]}" \
+		>"$work/initdb.log" 2>&1; then
 		cat "$work/initdb.log" >&2
 		die "initdb failed"
 	fi
 	rm -f "$work/password"
+	# Peer authentication lets the OS user postgres, which runs the server,
+	# this script and the health check, in as the superuser, whatever its name.
+	sed -i -E 's/^(local[[:space:]].*[[:space:]]peer)[[:space:]]*$/\1 map=container/' "$work/pgdata/pg_hba.conf"
 	echo 'host all all all scram-sha-256' >>"$work/pgdata/pg_hba.conf"
+	cat >>"$work/pgdata/pg_ident.conf" <<EOF
+
+# seckill's container (docker/entrypoint.sh): an OS user connects through the
+# socket as the role of its name, and the OS user postgres as the superuser
+container	postgres	$(ident_quote "$user")
+container	/^(.*)\$	\1
+EOF
 	cat >>"$work/pgdata/postgresql.conf" <<EOF
 
 # seckill's container (docker/entrypoint.sh)
@@ -106,16 +229,23 @@ EOF
 	as_postgres pg_ctl -D "$work/pgdata" -l "$work/setup.log" -w start \
 		-o "-c listen_addresses='' -c unix_socket_directories='$work'" >/dev/null ||
 		{ cat "$work/setup.log" >&2; die "the new cluster did not start"; }
-	if [ "$db" != postgres ]; then
-		echo 'CREATE DATABASE :"db"' |
-			as_postgres psql -XAtq -v ON_ERROR_STOP=1 -h "$work" -d postgres -v db="$db" ||
-			{ cat "$work/setup.log" >&2; die "could not create database \"$db\""; }
+	# POSTGRES_DB for the superuser, as the official image makes it, and
+	# seckill's database, each unless it exists.
+	if ! as_postgres env PGPASSWORD="$password" psql -XAtq -v ON_ERROR_STOP=1 -h "$work" -U "$user" -d postgres \
+		-v db="$POSTGRES_DB" -v seckill_db="$db" >/dev/null <<'SQL'
+SELECT format('CREATE DATABASE %I', d) FROM (VALUES (:'db'), (:'seckill_db')) v (d)
+WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = d) GROUP BY d \gexec
+SQL
+	then
+		cat "$work/setup.log" >&2
+		die "could not create database \"$POSTGRES_DB\" or \"$db\""
 	fi
-	as_postgres psql -XAtq -v ON_ERROR_STOP=1 -h "$work" -d "$db" \
+	as_postgres env PGPASSWORD="$password" psql -XAtq -v ON_ERROR_STOP=1 -h "$work" -U "$user" -d "$db" \
 		-c 'CREATE EXTENSION seckill' -c 'CREATE EXTENSION pg_cron' \
 		-c "SELECT cron.schedule('seckill-reconcile', '* * * * *', 'SELECT count(*) FROM seckill_reconcile()')" \
 		-c "SELECT cron.schedule('seckill-release', '* * * * *', 'SELECT count(*) FROM seckill_release_expired()')" \
 		>/dev/null || { cat "$work/setup.log" >&2; die "could not create the extensions in \"$db\""; }
+	process_init_files "$work" "$password"
 	as_postgres pg_ctl -D "$work/pgdata" -w -m fast stop >/dev/null ||
 		die "the new cluster did not stop"
 
@@ -127,7 +257,6 @@ EOF
 	rm -rf "$work"
 	echo "seckill-entrypoint: cluster ready"
 }
-
 if [ "${1:-}" = postgres ]; then
 	shift
 fi

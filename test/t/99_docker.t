@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# docker/: the image built from this work tree and the compose stack, run
-# with podman, a campaign sold out from the host through the published port,
-# the orders still there in new containers on the same volumes.  The script
+# docker/: the image built from this work tree and each stack of the compose
+# file, run with podman.  The one-Redis stack honours the official image's
+# POSTGRES_USER, POSTGRES_DB, POSTGRES_INITDB_ARGS and
+# /docker-entrypoint-initdb.d (run once, not again on the same volumes), sells
+# a campaign out from the host through the published port and keeps its
+# orders in new containers; a failing init script stops the first start; the
+# profiles sentinel and cluster each sell a campaign out, exactly.  The script
 # prints this test's TAP; the suite's own servers play no part.
 set -uo pipefail
 exec bash "$(dirname "$0")/../../scripts/docker-test.sh"

@@ -20,6 +20,9 @@ is "$(meta 'm["license"]')" postgresql "META.json names the license"
 file=$(meta 'm["provides"]["seckill"]["file"]')
 ok "[ -f '$file' ]" "the file it names exists: $file"
 
+is "$(sed -n '1s/^seckill (\(.*\)) .*/\1/p' debian/changelog)" "$version" \
+	"debian/changelog's newest entry is default_version"
+
 is "$(sed -n 's/^#define SECKILL_SQL_VERSION "\(.*\)"$/\1/p' src/seckill.h)" "$version" \
 	"the library expects the extension at default_version"
 

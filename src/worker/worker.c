@@ -45,6 +45,7 @@
 #include "worker/journal.h"
 #include "worker/lease.h"
 #include "worker/lock_keeper.h"
+#include "worker/pacing.h"
 #include "worker/purchase.h"
 #include "worker/rebuild.h"
 
@@ -109,116 +110,6 @@ leave_database_mode(void)
 	seckill_shared->sales_from_database = false;
 	ereport(LOG, (errmsg("seckill worker rebuilt Redis from PostgreSQL: sales go through Redis again")));
 	return true;
-}
-
-/*
- * While purchases keep coming, long work (rebuild steps, release batches)
- * takes at most a fifth of the worker's time: after a step or a batch, four
- * times its length go to rounds before the next.  Paced requests that come
- * before then wait in held_slices, their callers still waiting.  The queue
- * is empty for a moment after each round, while its callers send their next
- * purchases: only when no purchase came since the last step or batch does
- * long work go on at once.
- */
-static TimestampTz long_work_at = 0;
-static bool purchases_since_long_work = false;
-static List *held_slices = NIL;
-
-static void
-pace_long_work(TimestampTz begun)
-{
-	TimestampTz now = GetCurrentTimestamp();
-
-	long_work_at = now + 4 * (now - begun);
-	purchases_since_long_work = false;
-}
-
-/* Milliseconds until long work may go on: 0 when now. */
-static long
-long_work_wait(void)
-{
-	if (!purchases_since_long_work)
-		return 0;
-	return TimestampDifferenceMilliseconds(GetCurrentTimestamp(), long_work_at);
-}
-
-static void
-serve_slice(RoundItem *item)
-{
-	TimestampTz begun = GetCurrentTimestamp();
-
-	sk_dispatch_serve(item);
-	pace_long_work(begun);
-}
-
-/* Serve a request that is not a purchase, unless it is a slice to hold. */
-static void
-serve_or_hold(RoundItem *item)
-{
-	MemoryContext old;
-
-	if (!sk_dispatch_paced(item->request.kind))
-		sk_dispatch_serve(item);
-	else if (long_work_wait() == 0)
-		serve_slice(item);
-	else
-	{
-		old = MemoryContextSwitchTo(TopMemoryContext);
-		held_slices = lappend(held_slices, memcpy(palloc(sizeof(RoundItem)), item, sizeof(RoundItem)));
-		MemoryContextSwitchTo(old);
-	}
-}
-
-/* The oldest held slice, served now: its turn has come. */
-static void
-serve_held_slice(void)
-{
-	RoundItem  *item = linitial(held_slices);
-
-	held_slices = list_delete_first(held_slices);
-	/* as in a round: after the purchases served before it, settled */
-	if (sk_journal_has_settles() && sk_redis_connected())
-		sk_journal_flush_settles();
-	serve_slice(item);
-	pfree(item);
-}
-
-/* After an error that failed every taken slot: the held ones were among them. */
-static void
-forget_held_slices(void)
-{
-	list_free_deep(held_slices);
-	held_slices = NIL;
-}
-
-/*
- * A step of the rebuild under way; then the requests that waited for it, if
- * it ended, are served.
- */
-static void
-step_rebuilds(void)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	List	   *served = NIL;
-	ListCell   *lc;
-	TimestampTz begun = GetCurrentTimestamp();
-
-	PG_TRY();
-	{
-		served = sk_rebuild_step();
-	}
-	PG_CATCH();
-	{
-		SeckillReply reply = {0};
-
-		sk_dispatch_reply_error(cxt, &reply);
-		served = sk_rebuild_failed(&reply);
-	}
-	PG_END_TRY();
-	foreach(lc, served)
-		sk_dispatch_serve(lfirst(lc));
-	list_free_deep(served);
-	pace_long_work(begun);
 }
 
 /* Rounds served back to back, each one's commit beside the next one's Redis stage. */
@@ -362,7 +253,7 @@ serve_round(int nitems, int nbuys)
 	if (nbuys > 0)
 	{
 		serve_purchases(buys, nbuys);
-		purchases_since_long_work = true;
+		sk_pacing_note_purchases();
 	}
 
 	/* Admin requests come after the round's purchases, committed and settled. */
@@ -376,7 +267,7 @@ serve_round(int nitems, int nbuys)
 	for (int i = 0; i < nitems; i++)
 		if (items[i].request.kind != SK_REQ_BUY && items[i].request.kind != SK_REQ_LOCK &&
 			items[i].request.kind != SK_REQ_UNLOCK)
-			serve_or_hold(&items[i]);
+			sk_pacing_serve_or_hold(&items[i]);
 }
 
 /*
@@ -608,7 +499,7 @@ recover_from_error(void)
 	sk_journal_lost();
 	sk_purchase_forget();
 	pg_atomic_write_u32(&seckill_shared->worker_idle, 0);
-	forget_held_slices();
+	sk_pacing_forget();
 	snprintf(message, sizeof(message), "the seckill worker failed while serving this request: %s",
 			 edata->message);
 	seckill_fail_taken_slots(message, edata->sqlerrcode);
@@ -717,24 +608,18 @@ seckill_worker_main(Datum main_arg)
 		{
 			serve_rounds(n, nbuys);
 			errors_in_row = 0;
-			if (long_work_wait() > 0)
-				continue;
-			if (held_slices != NIL)
-				serve_held_slice();
-			else if (sk_rebuild_pending())
-				step_rebuilds();
+			if (sk_pacing_wait() == 0)
+				sk_pacing_step();
 			continue;
 		}
-		if (held_slices != NIL || sk_rebuild_pending())
+		if (sk_pacing_pending())
 		{
 			/* the next purchases are on their way: wait for them, or the turn */
-			due = long_work_wait();
+			due = sk_pacing_wait();
 			if (due > 0)
 				wait_for_requests(due);
-			else if (held_slices != NIL)
-				serve_held_slice();
 			else
-				step_rebuilds();
+				sk_pacing_step();
 			continue;
 		}
 		/*

@@ -40,6 +40,7 @@
 #include "utils/memutils.h"
 #include "utils/timeout.h"
 #include "worker/audit.h"
+#include "worker/database_mode.h"
 #include "worker/dispatch.h"
 #include "worker/epoch.h"
 #include "worker/journal.h"
@@ -61,55 +62,6 @@ worker_exit(int code, Datum arg)
 {
 	seckill_shared->worker_latch = NULL;
 	seckill_fail_taken_slots("the seckill worker stopped while it held this request", 0);
-}
-
-/*
- * Redis is back after sales from PostgreSQL alone: every preheated campaign
- * is rebuilt from PostgreSQL, in steps between rounds, before Redis sells
- * it again; its purchases are answered busy meanwhile.  True while Redis may
- * sell the campaigns not being rebuilt: all rebuilds so far succeeded.
- * After a failure, sales go on from PostgreSQL alone, and all campaigns are
- * rebuilt again a second later.
- */
-static bool leaving_database_mode = false;
-static uint64 failures_before_leaving;
-static TimestampTz leave_retry_at = 0;
-
-static bool
-leave_database_mode(void)
-{
-	List	   *rows;
-	ListCell   *lc;
-
-	if (!leaving_database_mode)
-	{
-		if (GetCurrentTimestamp() < leave_retry_at)
-			return false;
-		rows = store_preheated_campaigns();
-		foreach(lc, rows)
-			sk_rebuild_request(((SkCampaignRow *) lfirst(lc))->id);
-		failures_before_leaving = sk_rebuild_failures();
-		leaving_database_mode = true;
-		ereport(LOG,
-				(errmsg("seckill worker rebuilds %d campaign(s) from PostgreSQL before Redis sells again",
-						list_length(rows))));
-	}
-	if (sk_rebuild_failures() != failures_before_leaving)
-	{
-		/* logged by the rebuild */
-		leaving_database_mode = false;
-		leave_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
-		return false;
-	}
-	if (sk_rebuild_pending())
-		return true;
-	leaving_database_mode = false;
-	store_begin("seckill: leave database mode");
-	store_set_database_mode(false);
-	store_commit();
-	seckill_shared->sales_from_database = false;
-	ereport(LOG, (errmsg("seckill worker rebuilt Redis from PostgreSQL: sales go through Redis again")));
-	return true;
 }
 
 /* Rounds served back to back, each one's commit beside the next one's Redis stage. */
@@ -146,7 +98,7 @@ serve_purchases(RoundItem **buys, int n)
 		sk_purchase_flush();
 	/* first, as it may queue rebuilds */
 	through_redis = sk_journal_ready() &&
-		(!seckill_shared->sales_from_database || leave_database_mode());
+		(!seckill_shared->sales_from_database || sk_database_mode_leave());
 	for (int i = 0; i < n; i++)
 	{
 		const char *why;
@@ -169,26 +121,7 @@ serve_purchases(RoundItem **buys, int n)
 		return;
 	if (!through_redis)
 	{
-		sk_purchase_flush();
-		/* a primary left behind by a failover never sells, not even from PostgreSQL */
-		if (sk_epoch_fenced())
-		{
-			SeckillReply fenced = {0};
-
-			sk_epoch_reply_fenced(&fenced);
-			sk_fail_all(buys, nserved, fenced.status, fenced.message);
-		}
-		else if (seckill_redis_unavailable == SK_UNAVAILABLE_DATABASE || seckill_shared->sales_from_database)
-		{
-			/*
-			 * Campaigns rebuilt so far while leaving database mode go stale
-			 * again: the next time Redis is back, all are rebuilt anew.
-			 */
-			leaving_database_mode = false;
-			sk_purchase_from_database(buys, nserved);
-		}
-		else
-			sk_fail_all(buys, nserved, SK_ERR_REDIS, sk_redis_error());
+		sk_database_mode_serve(buys, nserved);
 		return;
 	}
 	sk_purchase_round(buys, nserved, rebuild, &nrebuild);
@@ -585,7 +518,7 @@ seckill_worker_main(Datum main_arg)
 		rebuild_stale_campaigns();
 		/* Redis is back after sales from PostgreSQL alone: rebuild it before it sells */
 		if (seckill_shared->sales_from_database && sk_journal_ready())
-			(void) leave_database_mode();
+			(void) sk_database_mode_leave();
 
 		/* the locks' watchdog, also while rounds keep the worker busy */
 		if (GetCurrentTimestamp() >= keeper_due ||

@@ -43,6 +43,7 @@
 #include "worker/database_mode.h"
 #include "worker/dispatch.h"
 #include "worker/epoch.h"
+#include "worker/installation.h"
 #include "worker/journal.h"
 #include "worker/lease.h"
 #include "worker/lock_keeper.h"
@@ -71,12 +72,6 @@ worker_exit(int code, Datum arg)
 static int *slots = NULL;
 static RoundItem *items = NULL;
 static RoundItem **buys = NULL;
-
-static void load_campaign_cache(void);
-
-/* The install_generation the campaign cache was loaded for. */
-static uint32 cache_generation = 0;
-static bool cache_loaded = false;
 
 /*
  * The round's purchases: through Redis once it is connected, its journals
@@ -140,38 +135,11 @@ rebuild_stale_campaigns(void)
 		sk_rebuild_lost(ids[i]);
 }
 
-/*
- * The extension's SQL was installed or updated since the cache was loaded:
- * load it again.  Until ALTER EXTENSION seckill UPDATE, requests fail with a
- * hint; once the SQL matches, the journals are replayed.  True when the SQL
- * matches.
- */
-static bool
-sql_current(void)
-{
-	if (!cache_loaded ||
-		pg_atomic_read_u32(&seckill_shared->install_generation) != cache_generation)
-	{
-		cache_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
-		load_campaign_cache();
-		if (store_sql_outdated)
-			return false;
-	}
-	if (!store_sql_outdated)
-		return true;
-	load_campaign_cache();
-	if (store_sql_outdated)
-		return false;
-	sk_journal_lost();
-	ereport(LOG, (errmsg("seckill worker found its SQL objects updated: serving again")));
-	return true;
-}
-
 static void
 serve_round(int nitems, int nbuys)
 {
 	pg_atomic_fetch_add_u64(&seckill_figures->counters.rounds, 1);
-	if (!sql_current())
+	if (!sk_installation_current())
 	{
 		for (int i = 0; i < nitems; i++)
 		{
@@ -254,34 +222,6 @@ serve_rounds(int nitems, int nbuys)
 		serve_round(nitems, nbuys);
 	}
 	sk_purchase_flush();
-}
-
-/* Fill the campaign cache from PostgreSQL: what backends may answer alone. */
-static void
-load_campaign_cache(void)
-{
-	List	   *rows;
-	ListCell   *lc;
-
-	cache_loaded = false;
-	rows = store_preheated_campaigns();
-	/* what the table says: a restart during an outage remembers that Redis is stale */
-	if (!store_sql_outdated)
-		seckill_shared->sales_from_database = store_sales_from_database;
-
-	foreach(lc, rows)
-	{
-		SkCampaignRow *row = lfirst(lc);
-
-		if (!seckill_campaign_store(row->id, row->goods, row->starts_at, row->ends_at,
-									row->per_user_limit, &row->limits, row->created_at,
-									row->sold >= row->total_stock))
-			ereport(WARNING,
-					(errmsg("seckill cannot cache campaign " INT64_FORMAT " (\"%s\"): more campaigns are preheated than seckill.max_campaigns (%d)",
-							row->id, row->goods, seckill_max_campaigns),
-					 errhint("Its sales go through the worker without the sold-out shortcut; close finished campaigns or raise seckill.max_campaigns.")));
-	}
-	cache_loaded = true;
 }
 
 /*
@@ -510,8 +450,8 @@ seckill_worker_main(Datum main_arg)
 		MemoryContextReset(round_cxt);
 		MemoryContextSwitchTo(round_cxt);
 
-		if (!cache_loaded)
-			(void) sql_current();
+		if (!sk_installation_loaded())
+			(void) sk_installation_current();
 		sk_redis_watch();
 		if (sk_journal_needs_replay())
 			(void) sk_journal_ready();
@@ -567,7 +507,7 @@ seckill_worker_main(Datum main_arg)
 		errors_in_row = 0;
 		/* retry Redis, or look for updated SQL, now and then; renew leases when due */
 		if (store_sql_outdated)
-			(void) sql_current();
+			(void) sk_installation_current();
 		due = -1;
 		if (keeper_due != DT_NOEND)
 			due = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), keeper_due) + 1;

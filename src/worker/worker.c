@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * worker.c
- *		The seckill background worker: drains the request queue in rounds.
+ *		The seckill background worker: its start, its loop, which drains
+ *		the request queue in rounds, and its error boundary.
  *
  * One round serves every pending request: all purchases go to Redis as one
  * pipeline of EVALSHA calls, all accepted orders are committed in one
@@ -11,7 +12,8 @@
  * committed orders are dropped by a later round's pipeline; reservations
  * PostgreSQL refused are given back once the pipeline in flight is read.
  * Admin requests follow, one at a time, after the round's orders are
- * committed.
+ * committed (worker/dispatch.c); long work is sliced between rounds
+ * (worker/pacing.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -124,17 +126,6 @@ serve_purchases(RoundItem **buys, int n)
 		sk_rebuild_lost(rebuild[i]);
 }
 
-/* A promotion marked the preheated campaigns stale: rebuild them. */
-static void
-rebuild_stale_campaigns(void)
-{
-	const int64 *ids;
-	int			n = sk_epoch_stale_campaigns(&ids);
-
-	for (int i = 0; i < n; i++)
-		sk_rebuild_lost(ids[i]);
-}
-
 static void
 serve_round(int nitems, int nbuys)
 {
@@ -224,6 +215,58 @@ serve_rounds(int nitems, int nbuys)
 	sk_purchase_flush();
 }
 
+/* A promotion marked the preheated campaigns stale: rebuild them. */
+static void
+rebuild_stale_campaigns(void)
+{
+	const int64 *ids;
+	int			n = sk_epoch_stale_campaigns(&ids);
+
+	for (int i = 0; i < n; i++)
+		sk_rebuild_lost(ids[i]);
+}
+
+/*
+ * What comes between rounds: the campaign cache, Redis' connection, the
+ * replays, the rebuilds a promotion or the way back from database mode
+ * asks for, the locks' watchdog, a kept lease, the blocked replays and the
+ * audit.  Milliseconds until the kept lease is given back, if its caller
+ * asks no more (-1: none is kept).
+ */
+static long
+between_rounds(void)
+{
+	long		due;
+	long		kept_due;
+
+	if (!sk_installation_loaded())
+		(void) sk_installation_current();
+	sk_redis_watch();
+	if (sk_journal_needs_replay())
+		(void) sk_journal_ready();
+	rebuild_stale_campaigns();
+	/* Redis is back after sales from PostgreSQL alone: rebuild it before it sells */
+	if (seckill_shared->sales_from_database && sk_journal_ready())
+		(void) sk_database_mode_leave();
+
+	/* the locks' watchdog, also while rounds keep the worker busy */
+	if (GetCurrentTimestamp() >= keeper_due ||
+		pg_atomic_exchange_u32(&seckill_lock_table->changed, 0) != 0)
+	{
+		due = sk_redlock_enabled() || sk_journal_ready() ? sk_lock_keeper_tick() : 1000;
+		keeper_due = due < 0 ? DT_NOEND : TimestampTzPlusMilliseconds(GetCurrentTimestamp(), due);
+	}
+	/* a lease kept for a caller's next batch, and the caller stopped asking */
+	kept_due = sk_lease_give_kept_if_idle();
+
+	/* the replays Redis refused; Redis held against PostgreSQL */
+	if (sk_journal_retry_wait() == 0)
+		sk_journal_retry_blocked();
+	if (sk_audit_wait() == 0)
+		sk_audit();
+	return kept_due;
+}
+
 /*
  * The worker's own settings, whatever ALTER DATABASE or ALTER ROLE set: it
  * runs as a superuser, so nothing a database owner can create may be found
@@ -272,6 +315,30 @@ wait_for_requests(long timeout_ms)
 	if (seckill_queue_empty())
 		sk_redis_wait_idle(timeout_ms);
 	pg_atomic_write_u32(&seckill_shared->worker_idle, 0);
+}
+
+/*
+ * How long the idle worker may wait for requests (-1: no limit): until the
+ * locks' watchdog, a kept lease, the audit or a blocked replay's retry is
+ * due, and a second at most while a replay, updated SQL or Redis after
+ * sales from PostgreSQL alone is awaited.
+ */
+static long
+idle_timeout(long kept_due)
+{
+	long		due = -1;
+
+	if (keeper_due != DT_NOEND)
+		due = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), keeper_due) + 1;
+	if (sk_journal_needs_replay() || store_sql_outdated || seckill_shared->sales_from_database)
+		due = due < 0 ? 1000 : Min(due, 1000);
+	if (kept_due >= 0)
+		due = due < 0 ? kept_due + 1 : Min(due, kept_due + 1);
+	if (sk_audit_wait() >= 0)
+		due = due < 0 ? sk_audit_wait() + 1 : Min(due, sk_audit_wait() + 1);
+	if (sk_journal_retry_wait() >= 0)
+		due = due < 0 ? sk_journal_retry_wait() + 1 : Min(due, sk_journal_retry_wait() + 1);
+	return due;
 }
 
 /* Wait until then, hearing SIGTERM and the postmaster's death meanwhile. */
@@ -450,31 +517,7 @@ seckill_worker_main(Datum main_arg)
 		MemoryContextReset(round_cxt);
 		MemoryContextSwitchTo(round_cxt);
 
-		if (!sk_installation_loaded())
-			(void) sk_installation_current();
-		sk_redis_watch();
-		if (sk_journal_needs_replay())
-			(void) sk_journal_ready();
-		rebuild_stale_campaigns();
-		/* Redis is back after sales from PostgreSQL alone: rebuild it before it sells */
-		if (seckill_shared->sales_from_database && sk_journal_ready())
-			(void) sk_database_mode_leave();
-
-		/* the locks' watchdog, also while rounds keep the worker busy */
-		if (GetCurrentTimestamp() >= keeper_due ||
-			pg_atomic_exchange_u32(&seckill_lock_table->changed, 0) != 0)
-		{
-			due = sk_redlock_enabled() || sk_journal_ready() ? sk_lock_keeper_tick() : 1000;
-			keeper_due = due < 0 ? DT_NOEND : TimestampTzPlusMilliseconds(GetCurrentTimestamp(), due);
-		}
-		/* a lease kept for a caller's next batch, and the caller stopped asking */
-		kept_due = sk_lease_give_kept_if_idle();
-
-		/* the replays Redis refused; Redis held against PostgreSQL */
-		if (sk_journal_retry_wait() == 0)
-			sk_journal_retry_blocked();
-		if (sk_audit_wait() == 0)
-			sk_audit();
+		kept_due = between_rounds();
 
 		n = take_round(&nbuys);
 		if (n > 0)
@@ -508,17 +551,6 @@ seckill_worker_main(Datum main_arg)
 		/* retry Redis, or look for updated SQL, now and then; renew leases when due */
 		if (store_sql_outdated)
 			(void) sk_installation_current();
-		due = -1;
-		if (keeper_due != DT_NOEND)
-			due = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), keeper_due) + 1;
-		if (sk_journal_needs_replay() || store_sql_outdated || seckill_shared->sales_from_database)
-			due = due < 0 ? 1000 : Min(due, 1000);
-		if (kept_due >= 0)
-			due = due < 0 ? kept_due + 1 : Min(due, kept_due + 1);
-		if (sk_audit_wait() >= 0)
-			due = due < 0 ? sk_audit_wait() + 1 : Min(due, sk_audit_wait() + 1);
-		if (sk_journal_retry_wait() >= 0)
-			due = due < 0 ? sk_journal_retry_wait() + 1 : Min(due, sk_journal_retry_wait() + 1);
-		wait_for_requests(due);
+		wait_for_requests(idle_timeout(kept_due));
 	}
 }

@@ -29,7 +29,6 @@
 #include "redis/redis.h"
 #include "redis/redlock.h"
 #include "shared/call.h"
-#include "shared/campaign_cache.h"
 #include "shared/lock_table.h"
 #include "shared/shmem.h"
 #include "shared/stats.h"

@@ -2,7 +2,7 @@
  *
  * campaign_admin.h
  *		The worker's admin work on campaigns, a handler per request kind.
- *		Those that write hold the campaign's lease (worker/worker.c takes
+ *		Those that write hold the campaign's lease (worker/dispatch.c takes
  *		it around them).
  *
  *-------------------------------------------------------------------------

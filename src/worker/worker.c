@@ -88,7 +88,7 @@ leave_database_mode(void)
 			return false;
 		rows = store_preheated_campaigns();
 		foreach(lc, rows)
-			sk_rebuild_request(((SkCampaignRow *) lfirst(lc))->id);
+			sk_rebuild_request(((SeckillCampaignRow *) lfirst(lc))->id);
 		failures_before_leaving = sk_rebuild_failures();
 		leaving_database_mode = true;
 		ereport(LOG,
@@ -669,11 +669,9 @@ load_campaign_cache(void)
 
 	foreach(lc, rows)
 	{
-		SkCampaignRow *row = lfirst(lc);
+		SeckillCampaignRow *row = lfirst(lc);
 
-		if (!seckill_campaign_store(row->id, row->goods, row->starts_at, row->ends_at,
-									row->per_user_limit, &row->limits, row->created_at,
-									row->sold >= row->total_stock))
+		if (!seckill_campaign_store(row, row->sold >= row->total_stock))
 			ereport(WARNING,
 					(errmsg("seckill cannot cache campaign " INT64_FORMAT " (\"%s\"): more campaigns are preheated than seckill.max_campaigns (%d)",
 							row->id, row->goods, seckill_max_campaigns),
@@ -869,7 +867,7 @@ seckill_worker_main(Datum main_arg)
 
 	seckill_fail_taken_slots("the seckill worker restarted while it held this request", 0);
 	/* a predecessor's orders are on disk before anyone is told of them again */
-	seckill_orders_flush();
+	store_orders_flush();
 	pg_atomic_write_u64(&seckill_shared->orders_lsn, InvalidXLogRecPtr);
 	before_shmem_exit(worker_exit, 0);
 	sk_redis_init();

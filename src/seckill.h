@@ -87,7 +87,7 @@ typedef struct SeckillLimits
 
 #define SK_MAX_SHARDS 64
 
-/* GUCs (seckill.c) */
+/* GUCs (settings.c) */
 extern char *seckill_redis_host;
 extern int	seckill_redis_port;
 extern char *seckill_redis_user;

@@ -118,7 +118,7 @@ seckill_reset_shared_state(PG_FUNCTION_ARGS)
 		LWLockAcquire(seckill_campaign_cache->lock, LW_EXCLUSIVE);
 		for (int i = 0; i < seckill_max_campaigns; i++)
 		{
-			seckill_campaigns[i].id = 0;
+			seckill_campaigns[i].row.id = 0;
 			seckill_stats[i].campaign_id = 0;
 		}
 		LWLockRelease(seckill_campaign_cache->lock);

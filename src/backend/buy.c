@@ -12,32 +12,18 @@
  */
 #include "backend/backend.h"
 
-#include "access/genam.h"
 #include "access/htup_details.h"
-#include "access/relscan.h"
-#include "access/stratnum.h"
-#include "access/table.h"
-#include "access/tableam.h"
 #include "backend/token.h"
-#include "catalog/namespace.h"
-#include "executor/spi.h"
-#include "executor/tuptable.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "shared/campaign_cache.h"
 #include "shared/shmem.h"
 #include "shared/stats.h"
 #include "storage/ipc.h"
-#include "storage/lmgr.h"
 #include "store/store.h"
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
 #include "utils/guc.h"
-#include "utils/inval.h"
 #include "utils/inet.h"
-#include "utils/lsyscache.h"
-#include "utils/rel.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(seckill_buy);
@@ -120,118 +106,6 @@ client_addr(FunctionCallInfo fcinfo, char *out, size_t len)
 }
 
 /*
- * seckill.orders and its index orders_one_active_per_user, looked up once
- * per backend: the sold-out answer probes them on every call.  Forgotten
- * when either changes (a REINDEX CONCURRENTLY gives the index a new OID, a
- * DROP EXTENSION drops both).
- */
-static Oid	orders_oid = InvalidOid;
-static Oid	holder_index_oid = InvalidOid;
-
-static void
-forget_orders_oids(Datum arg, Oid relid)
-{
-	if (!OidIsValid(relid) || relid == orders_oid || relid == holder_index_oid)
-		orders_oid = holder_index_oid = InvalidOid;
-}
-
-/*
- * Both OIDs are set together, after both lookups: a lookup may take in a
- * relcache reset (an invalidation queue overflow) that forgets the OIDs,
- * and one forgotten while the other was kept would be opened as OID 0.  A
- * stale pair is caught after locking, in held_order().
- */
-static bool
-look_up_orders_oids(void)
-{
-	static bool callback_registered = false;
-	Oid			nsp;
-	Oid			table;
-	Oid			index;
-
-	if (OidIsValid(orders_oid) && OidIsValid(holder_index_oid))
-		return true;
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(forget_orders_oids, (Datum) 0);
-		callback_registered = true;
-	}
-	nsp = get_namespace_oid("seckill", true);
-	if (!OidIsValid(nsp))
-		return false;
-	table = get_relname_relid("orders", nsp);
-	index = get_relname_relid("orders_one_active_per_user", nsp);
-	if (!OidIsValid(table) || !OidIsValid(index))
-		return false;
-	orders_oid = table;
-	holder_index_oid = index;
-	return true;
-}
-
-/*
- * The user's active order of the campaign, as the statement's snapshot
- * sees it, or 0.  A probe of orders_one_active_per_user without SPI: it
- * runs for every sold-out answer of the cache.  It never waits for a lock:
- * while another session holds the table or its index exclusively (a DBA's
- * REINDEX, say), it answers 0 and the caller is told sold_out.
- */
-static int64
-held_order(int64 campaign_id, const char *user_id)
-{
-	Oid			table_oid;
-	Oid			index_oid;
-	Relation	orders,
-				index;
-	ScanKeyData keys[2];
-	Snapshot	snapshot;
-	IndexScanDesc scan;
-	TupleTableSlot *slot;
-	int64		id = 0;
-
-	if (!look_up_orders_oids())
-		return 0;
-	table_oid = orders_oid;
-	index_oid = holder_index_oid;
-	if (!ConditionalLockRelationOid(table_oid, AccessShareLock))
-		return 0;
-	if (!ConditionalLockRelationOid(index_oid, AccessShareLock))
-	{
-		UnlockRelationOid(table_oid, AccessShareLock);
-		return 0;
-	}
-	/* the locks took in invalidations: a change meanwhile forgot the OIDs */
-	if (orders_oid != table_oid || holder_index_oid != index_oid)
-	{
-		UnlockRelationOid(index_oid, AccessShareLock);
-		UnlockRelationOid(table_oid, AccessShareLock);
-		return 0;
-	}
-	orders = table_open(table_oid, NoLock);
-	index = index_open(index_oid, NoLock);
-	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(campaign_id));
-	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   index->rd_indcollation[1], F_TEXTEQ, CStringGetTextDatum(user_id));
-	snapshot = GetActiveSnapshot();
-	slot = table_slot_create(orders, NULL);
-	scan = index_beginscan(orders, index, snapshot, 2, 0);
-	index_rescan(scan, keys, 2, NULL, 0);
-	if (index_getnext_slot(scan, ForwardScanDirection, slot))
-	{
-		bool		isnull;
-
-		id = DatumGetInt64(slot_getattr(slot, 1, &isnull));
-	}
-	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	index_close(index, AccessShareLock);
-	table_close(orders, AccessShareLock);
-	/* named to the caller: durable first */
-	if (id != 0)
-		seckill_orders_flush();
-	return id;
-}
-
-/*
  * Decide one purchase.  *stats is set to the campaign's stats entry as soon
  * as it is known, so that the caller can count an error too.
  */
@@ -257,26 +131,26 @@ buy(FunctionCallInfo fcinfo, SeckillRequest *request, const char *goods, const c
 	if (seckill_campaign_lookup(goods, &cached))
 	{
 		*stats = cached.stats;
-		check_qty(request->qty, cached.per_user_limit);
-		if (now < cached.starts_at)
+		check_qty(request->qty, cached.row.per_user_limit);
+		if (now < cached.row.starts_at)
 			return SK_NOT_STARTED;
-		if (now >= cached.ends_at)
+		if (now >= cached.row.ends_at)
 			return SK_ENDED;
-		request->campaign_id = cached.id;
+		request->campaign_id = cached.row.id;
 		if (pg_atomic_read_u32(&cached.sold_out))
 		{
 			/* a buyer who asks again is told duplicate, with the order's id */
-			*order_id = held_order(cached.id, request->user_id);
+			*order_id = store_held_order(cached.row.id, request->user_id);
 			return *order_id != 0 ? SK_DUPLICATE : SK_SOLD_OUT;
 		}
-		limits = &cached.limits;
+		limits = &cached.row.limits;
 		st = &seckill_stats[cached.stats];
 	}
 	else
 	{
-		CampaignInfo *info = palloc(sizeof(CampaignInfo));
+		SeckillCampaignRow *info = palloc(sizeof(SeckillCampaignRow));
 
-		if (!seckill_campaign_by_goods(goods, info))
+		if (!store_campaign_by_goods(goods, info))
 			return SK_UNKNOWN_GOODS;
 		if (strcmp(info->state, "closed") == 0)
 			return SK_ENDED;
@@ -286,7 +160,7 @@ buy(FunctionCallInfo fcinfo, SeckillRequest *request, const char *goods, const c
 		request->campaign_id = info->id;
 		limits = &info->limits;
 		if (limits->token_required)
-			seckill_token_secret_load(info->id, limits);
+			store_token_secret_load(info->id, limits);
 	}
 
 	request->shards = limits->shards;
@@ -323,7 +197,7 @@ buy(FunctionCallInfo fcinfo, SeckillRequest *request, const char *goods, const c
 		/* the worker read it after the reservation that made the user a buyer was settled */
 		*order_id = reply.order_id;
 		if (*order_id == 0)
-			*order_id = held_order(request->campaign_id, request->user_id);
+			*order_id = store_held_order(request->campaign_id, request->user_id);
 	}
 	return reply.status;
 }
@@ -391,7 +265,8 @@ seckill_order(PG_FUNCTION_ARGS)
 {
 	char	   *user_id = seckill_id_arg(fcinfo, 0, "user_id", SECKILL_MAX_USER_LEN);
 	char	   *goods = seckill_id_arg(fcinfo, 1, "goods", SECKILL_MAX_GOODS_LEN);
-	CampaignInfo info;
+	SeckillCampaignRow campaign;
+	SkOrderFate fate;
 	TupleDesc	desc;
 	Datum		values[4] = {0};
 	bool		nulls[4] = {false, true, true, true};
@@ -401,51 +276,19 @@ seckill_order(PG_FUNCTION_ARGS)
 		elog(ERROR, "return type must be a row type");
 
 	seckill_check_database();
-	if (!seckill_campaign_by_goods(goods, &info))
+	if (!store_campaign_by_goods(goods, &campaign))
 		status = "unknown_goods";
 	else
 	{
-		Oid			types[2] = {INT8OID, TEXTOID};
-		Datum		args[2] = {Int64GetDatum(info.id), CStringGetTextDatum(user_id)};
-		int			level;
-
-		SPIPlanPtr	plan;
-
-		(void) seckill_call_checked(SK_REQ_BARRIER, info.id, NULL, 0);
-		level = seckill_spi_begin();
-		plan = SPI_prepare("SELECT status, id, qty, created_at FROM seckill.orders "
-						   "WHERE campaign_id = $1 AND user_id = $2 "
-						   "ORDER BY status <> 'cancelled' DESC, id DESC LIMIT 1",
-						   2, types);
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-
-		/*
-		 * What the worker committed while we waited, whatever the caller's
-		 * snapshot: the statement's (taken before the wait, or before the
-		 * purchase in the same statement) or a repeatable read's would
-		 * answer none for an order that exists.
-		 */
-		if (SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(), InvalidSnapshot,
-								 true, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "reading seckill.orders failed");
-		if (SPI_processed > 0)
+		(void) seckill_call_checked(SK_REQ_BARRIER, campaign.id, NULL, 0);
+		if (store_order_fate(campaign.id, user_id, &fate))
 		{
-			HeapTuple	tup = SPI_tuptable->vals[0];
-			bool		isnull;
-
-			/* the fate told is durable: the worker may not have flushed it yet */
-			seckill_orders_flush();
-
-			status = TextDatumGetCString(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull));
-			status = MemoryContextStrdup(CurTransactionContext, status);
-			for (int i = 1; i < 4; i++)
-			{
-				values[i] = SPI_getbinval(tup, SPI_tuptable->tupdesc, i + 1, &isnull);
-				nulls[i] = false;
-			}
+			status = fate.status;
+			values[1] = Int64GetDatum(fate.id);
+			values[2] = Int32GetDatum(fate.qty);
+			values[3] = TimestampTzGetDatum(fate.created_at);
+			nulls[1] = nulls[2] = nulls[3] = false;
 		}
-		seckill_spi_end(level);
 	}
 	values[0] = CStringGetTextDatum(status);
 	return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));

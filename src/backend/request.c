@@ -2,18 +2,16 @@
  *
  * request.c
  *		What every SQL-callable function of seckill needs: its arguments
- *		checked, the campaign of a goods, SQL under a safe search_path, and
- *		the worker's reply turned into a result or an ERROR a DBA can act on.
+ *		checked, the open campaign of a goods, and the worker's reply turned
+ *		into a result or an ERROR a DBA can act on.
  *
  *-------------------------------------------------------------------------
  */
 #include "backend/backend.h"
 
-#include "executor/spi.h"
 #include "shared/campaign_cache.h"
 #include "store/store.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 /* A text argument that is a user or goods id: not null, not empty, not too long. */
@@ -39,76 +37,6 @@ seckill_id_arg(FunctionCallInfo fcinfo, int argno, const char *name, int maxlen)
 				 errmsg("%s is too long", name),
 				 errdetail("It is %d bytes long; the limit is %d bytes.", len, maxlen)));
 	return text_to_cstring(t);
-}
-
-/*
- * SPI in a backend under an empty search_path, like the worker's: a
- * superuser who calls seckill runs nothing that the owner of a schema on
- * the caller's search_path planted (an operator, a function).  Returns the
- * GUC nest level for seckill_spi_end; an error unwinds both.
- */
-int
-seckill_spi_begin(void)
-{
-	int			level;
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	level = NewGUCNestLevel();
-	(void) set_config_option("search_path", "", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	return level;
-}
-
-void
-seckill_spi_end(int level)
-{
-	AtEOXact_GUC(true, level);
-	SPI_finish();
-}
-
-/*
- * The campaign for this goods in seckill.campaigns: the open one, else the
- * latest closed one.  False when there is none.
- */
-bool
-seckill_campaign_by_goods(const char *goods, CampaignInfo *info)
-{
-	static SPIPlanPtr plan = NULL;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(goods)};
-	bool		found = false;
-	bool		isnull;
-	int			level = seckill_spi_begin();
-
-	if (plan == NULL)
-	{
-		plan = SPI_prepare("SELECT id, state, starts_at, ends_at, per_user_limit, "
-						   LIMITS_COLUMNS " FROM seckill.campaigns WHERE goods = $1 "
-						   "ORDER BY state <> 'closed' DESC, id DESC LIMIT 1",
-						   1, types);
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(plan);
-	}
-	if (SPI_execute_plan(plan, values, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "reading seckill.campaigns failed");
-	if (SPI_processed > 0)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[0];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-
-		info->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-		strlcpy(info->state, TextDatumGetCString(SPI_getbinval(tup, desc, 2, &isnull)),
-				sizeof(info->state));
-		info->starts_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 3, &isnull));
-		info->ends_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 4, &isnull));
-		info->per_user_limit = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
-		store_limits_from_tuple(tup, desc, 6, &info->limits);
-		found = true;
-	}
-	seckill_spi_end(level);
-	return found;
 }
 
 /* Ask the worker; turn failures into ERRORs a DBA can act on. */
@@ -205,13 +133,13 @@ seckill_reply_checked(SeckillRequestKind kind, SeckillReply reply)
 int64
 seckill_open_campaign_id(const char *goods)
 {
-	CampaignInfo info;
+	SeckillCampaignRow row;
 
-	if (!seckill_campaign_by_goods(goods, &info) || strcmp(info.state, "closed") == 0)
+	if (!store_campaign_by_goods(goods, &row) || strcmp(row.state, "closed") == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("no open campaign for goods \"%s\"", goods),
 				 errhint("Create one with seckill_campaign_create().")));
-	return info.id;
+	return row.id;
 }
 

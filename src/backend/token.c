@@ -17,11 +17,8 @@
 #include "backend/token.h"
 
 #include "backend/backend.h"
-#include "catalog/pg_type.h"
 #include "common/hmac.h"
 #include "common/sha2.h"
-#include "nodes/value.h"
-#include "parser/parse_func.h"
 #include "shared/campaign_cache.h"
 #include "store/store.h"
 #include "utils/builtins.h"
@@ -30,22 +27,6 @@
 PG_FUNCTION_INFO_V1(seckill_token);
 
 #define MAC_LEN 16				/* bytes of the HMAC kept */
-
-/*
- * The secret of a campaign the worker has not cached, through the
- * SECURITY DEFINER function seckill.token_secret(): the caller needs no
- * grant on seckill.token_secrets, and cannot read it otherwise.
- */
-void
-seckill_token_secret_load(int64 campaign_id, SeckillLimits *limits)
-{
-	Oid			argtypes[1] = {INT8OID};
-	Oid			fn = LookupFuncName(list_make2(makeString("seckill"), makeString("token_secret")),
-									1, argtypes, false);
-
-	store_token_secret_copy(DatumGetByteaPP(OidFunctionCall1(fn, Int64GetDatum(campaign_id))),
-							  limits);
-}
 
 static void
 token_mac(int64 campaign_id, const SeckillLimits *limits, const char *user_id,
@@ -131,7 +112,7 @@ seckill_token(PG_FUNCTION_ARGS)
 	char	   *user_id = seckill_id_arg(fcinfo, 0, "user_id", SECKILL_MAX_USER_LEN);
 	char	   *goods = seckill_id_arg(fcinfo, 1, "goods", SECKILL_MAX_GOODS_LEN);
 	SeckillCampaign cached;
-	CampaignInfo info;
+	SeckillCampaignRow info;
 	uint8		random[SK_NONCE_LEN / 2];
 	char		nonce[SK_NONCE_LEN + 1];
 	uint8		mac[MAC_LEN];
@@ -140,17 +121,14 @@ seckill_token(PG_FUNCTION_ARGS)
 
 	seckill_check_database();
 	if (seckill_campaign_lookup(goods, &cached))
-	{
-		info.id = cached.id;
-		info.limits = cached.limits;
-	}
-	else if (!seckill_campaign_by_goods(goods, &info) || strcmp(info.state, "closed") == 0)
+		info = cached.row;
+	else if (!store_campaign_by_goods(goods, &info) || strcmp(info.state, "closed") == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("no open campaign for goods \"%s\"", goods),
 				 errhint("Create one with seckill_campaign_create().")));
 	else
-		seckill_token_secret_load(info.id, &info.limits);
+		store_token_secret_load(info.id, &info.limits);
 	if (!pg_strong_random(random, sizeof(random)))
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),

@@ -11,7 +11,6 @@
 
 #include "seckill.h"
 
-extern void seckill_token_secret_load(int64 campaign_id, SeckillLimits *limits);
 extern bool seckill_token_verify(int64 campaign_id, const SeckillLimits *limits,
 								 const char *user_id, const char *token,
 								 char *nonce, int64 *expiry);

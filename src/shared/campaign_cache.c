@@ -52,14 +52,9 @@ seckill_campaign_lookup(const char *goods, SeckillCampaign *out)
 	{
 		SeckillCampaign *c = &seckill_campaigns[i];
 
-		if (c->id != 0 && strcmp(c->goods, goods) == 0)
+		if (c->row.id != 0 && strcmp(c->row.goods, goods) == 0)
 		{
-			out->id = c->id;
-			strlcpy(out->goods, c->goods, sizeof(out->goods));
-			out->starts_at = c->starts_at;
-			out->ends_at = c->ends_at;
-			out->per_user_limit = c->per_user_limit;
-			out->limits = c->limits;
+			out->row = c->row;
 			out->stats = c->stats;
 			pg_atomic_init_u32(&out->sold_out, pg_atomic_read_u32(&c->sold_out));
 			found = true;
@@ -78,7 +73,7 @@ seckill_campaign_sold_out(int64 id)
 
 	LWLockAcquire(seckill_campaign_cache->lock, LW_SHARED);
 	for (int i = 0; i < seckill_max_campaigns; i++)
-		if (seckill_campaigns[i].id == id && id != 0)
+		if (seckill_campaigns[i].row.id == id && id != 0)
 		{
 			sold_out = pg_atomic_read_u32(&seckill_campaigns[i].sold_out) != 0;
 			break;
@@ -91,7 +86,7 @@ SeckillCampaign *
 seckill_campaign_find(int64 id)
 {
 	for (int i = 0; i < seckill_max_campaigns; i++)
-		if (seckill_campaigns[i].id == id)
+		if (seckill_campaigns[i].row.id == id)
 			return &seckill_campaigns[i];
 	return NULL;
 }
@@ -112,19 +107,16 @@ seckill_campaign_cached(int64 id)
 
 /* Worker: add or update a cached campaign; false when the cache is full. */
 bool
-seckill_campaign_store(int64 id, const char *goods, TimestampTz starts_at,
-					   TimestampTz ends_at, int per_user_limit,
-					   const SeckillLimits *limits, TimestampTz created_at,
-					   bool sold_out)
+seckill_campaign_store(const SeckillCampaignRow *row, bool sold_out)
 {
 	SeckillCampaign *c;
 
 	LWLockAcquire(seckill_campaign_cache->lock, LW_EXCLUSIVE);
 	/* one goods, one cached campaign: drop a stale entry of an earlier campaign */
 	for (int i = 0; i < seckill_max_campaigns; i++)
-		if (seckill_campaigns[i].id != id && strcmp(seckill_campaigns[i].goods, goods) == 0)
-			seckill_campaigns[i].id = 0;
-	c = seckill_campaign_find(id);
+		if (seckill_campaigns[i].row.id != row->id && strcmp(seckill_campaigns[i].row.goods, row->goods) == 0)
+			seckill_campaigns[i].row.id = 0;
+	c = seckill_campaign_find(row->id);
 	if (c == NULL)
 		c = seckill_campaign_find(0);
 	if (c == NULL)
@@ -132,14 +124,8 @@ seckill_campaign_store(int64 id, const char *goods, TimestampTz starts_at,
 		LWLockRelease(seckill_campaign_cache->lock);
 		return false;
 	}
-	c->id = id;
-	strlcpy(c->goods, goods, sizeof(c->goods));
-	c->starts_at = starts_at;
-	c->ends_at = ends_at;
-	c->per_user_limit = per_user_limit;
-	c->limits = *limits;
-	c->created_at = created_at;
-	c->stats = seckill_stats_claim(id, goods, seckill_campaign_cached);
+	c->row = *row;
+	c->stats = seckill_stats_claim(row->id, row->goods, seckill_campaign_cached);
 	c->empty_shards = sold_out ? ~UINT64CONST(0) : 0;
 	pg_atomic_write_u32(&c->sold_out, sold_out ? 1 : 0);
 	LWLockRelease(seckill_campaign_cache->lock);
@@ -155,7 +141,7 @@ seckill_campaign_set_limits(int64 id, const SeckillLimits *limits)
 	LWLockAcquire(seckill_campaign_cache->lock, LW_EXCLUSIVE);
 	c = seckill_campaign_find(id);
 	if (c != NULL)
-		c->limits = *limits;
+		c->row.limits = *limits;
 	LWLockRelease(seckill_campaign_cache->lock);
 }
 
@@ -167,7 +153,7 @@ seckill_campaign_forget(int64 id)
 	LWLockAcquire(seckill_campaign_cache->lock, LW_EXCLUSIVE);
 	c = seckill_campaign_find(id);
 	if (c != NULL)
-		c->id = 0;
+		c->row.id = 0;
 	LWLockRelease(seckill_campaign_cache->lock);
 }
 
@@ -184,7 +170,7 @@ seckill_campaign_note_stock(int64 campaign_id, int shard, long long stock)
 
 	if (c == NULL || stock < 0)
 		return;
-	nshards = Max(c->limits.shards, 1);
+	nshards = Max(c->row.limits.shards, 1);
 	all = nshards == 64 ? ~UINT64CONST(0) : (UINT64CONST(1) << nshards) - 1;
 	if (stock == 0)
 		c->empty_shards |= UINT64CONST(1) << shard;

@@ -10,25 +10,19 @@
 #ifndef SECKILL_CAMPAIGN_CACHE_H
 #define SECKILL_CAMPAIGN_CACHE_H
 
-#include "seckill.h"
+#include "campaign.h"
 
 #include "port/atomics.h"
 #include "storage/lwlock.h"
 
-/* A preheated campaign, as backends need it to answer without the worker. */
+/*
+ * A preheated campaign: its row as the worker read it when it loaded the
+ * campaign (or changed its limits; "sold" is not kept up to date), and what
+ * the worker keeps of Redis' stock.
+ */
 typedef struct SeckillCampaign
 {
-	int64		id;				/* 0: entry unused */
-	char		goods[SECKILL_MAX_GOODS_LEN + 1];
-	TimestampTz starts_at;
-	TimestampTz ends_at;
-	int32		per_user_limit;
-	SeckillLimits limits;
-	/*
-	 * Tells this campaign's rate-limit buckets in Redis from those of a
-	 * campaign with the same id in an earlier installation.
-	 */
-	TimestampTz created_at;
+	SeckillCampaignRow row;		/* row.id 0: entry unused */
 	int			stats;			/* its entry in seckill_stats */
 	uint64		empty_shards;	/* the worker's: a bit per shard with no stock */
 	pg_atomic_uint32 sold_out;	/* every shard is empty */
@@ -52,10 +46,7 @@ extern bool seckill_campaign_sold_out(int64 id);
 /* worker */
 extern SeckillCampaign *seckill_campaign_find(int64 id);
 extern bool seckill_campaign_has_room(int64 id);
-extern bool seckill_campaign_store(int64 id, const char *goods, TimestampTz starts_at,
-								   TimestampTz ends_at, int per_user_limit,
-								   const SeckillLimits *limits, TimestampTz created_at,
-								   bool sold_out);
+extern bool seckill_campaign_store(const SeckillCampaignRow *row, bool sold_out);
 extern void seckill_campaign_set_limits(int64 id, const SeckillLimits *limits);
 extern void seckill_campaign_forget(int64 id);
 extern bool seckill_campaign_cached(int64 id);

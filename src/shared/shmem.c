@@ -8,8 +8,7 @@
  */
 #include "shared/shmem.h"
 
-#include "access/xlog.h"
-#include "access/xlog_internal.h"
+#include "access/xlogdefs.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
@@ -40,43 +39,6 @@ shared_init(void *base, bool found, LWLockPadded *lwlocks)
 	pg_atomic_init_u32(&seckill_shared->install_generation, 0);
 	pg_atomic_init_u32(&seckill_shared->worker_idle, 1);
 	pg_atomic_init_u64(&seckill_shared->orders_lsn, InvalidXLogRecPtr);
-}
-
-/*
- * The end of the WAL inserted so far.  GetXLogInsertRecPtr() names the first
- * byte a record would use: right after a page's header when the WAL has just
- * filled the page before, a position XLogFlush refuses as past the end of
- * the WAL.  (PostgreSQL 16 has GetXLogInsertEndRecPtr for this.)
- */
-static XLogRecPtr
-inserted_end(void)
-{
-	XLogRecPtr	ptr = GetXLogInsertRecPtr();
-
-	if (XLogSegmentOffset(ptr, wal_segment_size) == SizeOfXLogLongPHD)
-		return ptr - SizeOfXLogLongPHD;
-	if (ptr % XLOG_BLCKSZ == SizeOfXLogShortPHD)
-		return ptr - SizeOfXLogShortPHD;
-	return ptr;
-}
-
-/*
- * An order was read that the worker may have committed without waiting for
- * the WAL flush (store_commit_unflushed): flush the WAL that far before the
- * read is reported to anyone, so that no answer names an order a crash
- * could still take back.
- */
-void
-seckill_orders_flush(void)
-{
-	XLogRecPtr	lsn;
-
-	pg_memory_barrier();
-	lsn = pg_atomic_read_u64(&seckill_shared->orders_lsn);
-	if (lsn == PG_UINT64_MAX)
-		lsn = inserted_end();
-	if (lsn != InvalidXLogRecPtr && !RecoveryInProgress() && lsn > GetFlushRecPtr(NULL))
-		XLogFlush(lsn);
 }
 
 /* From _PG_init: a part to request and set up with the others. */

@@ -52,6 +52,5 @@ typedef struct SeckillShared
 
 extern SeckillShared *seckill_shared;
 
-extern void seckill_orders_flush(void);
 
 #endif							/* SECKILL_SHMEM_H */

@@ -58,7 +58,7 @@ typedef enum Finding
  * then HLEN journal.  Notes each shard's stock in the campaign cache.
  */
 static Finding
-judge(const SkCampaignRow *row, const SkReply *r, int64 *in_redis)
+judge(const SeckillCampaignRow *row, const SkReply *r, int64 *in_redis)
 {
 	int			nshards = Max(row->limits.shards, 1);
 	int64		ours = strtoll(sk_epoch_arg(), NULL, 10);
@@ -123,7 +123,7 @@ sk_audit(void)
 	sk_pipeline_init(&p);
 	foreach(lc, rows)
 	{
-		SkCampaignRow *row = lfirst(lc);
+		SeckillCampaignRow *row = lfirst(lc);
 		int			nshards = Max(row->limits.shards, 1);
 
 		/* a campaign being rebuilt, or on a Cluster master down, waits for that */
@@ -147,7 +147,7 @@ sk_audit(void)
 	}
 	foreach(lc, audited)
 	{
-		SkCampaignRow *row = lfirst(lc);
+		SeckillCampaignRow *row = lfirst(lc);
 		int64		in_redis;
 
 		switch (judge(row, &r[reply], &in_redis))

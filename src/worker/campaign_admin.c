@@ -2,7 +2,7 @@
  *
  * campaign_admin.c
  *		The worker's admin work on campaigns, a handler per request kind
- *		(the dispatch table is in worker/worker.c, which takes the campaign's
+ *		(the dispatch table is in worker/dispatch.c, which takes the campaign's
  *		lease around those that write): preheat (a rebuild from PostgreSQL,
  *		worker/rebuild.c), close, status, reconcile, cancel, release,
  *		restock, limits.  Each settles the campaign's journal first where its
@@ -39,7 +39,7 @@ void
 sk_admin_close(const SeckillRequest *request, SeckillReply *reply)
 {
 	int64		id = request->campaign_id;
-	SkCampaignRow row;
+	SeckillCampaignRow row;
 	SkPipeline	p;
 	const char *keys[3];
 	char	   *ttl = "604800";
@@ -137,7 +137,7 @@ sk_admin_reconcile(const SeckillRequest *request, SeckillReply *reply)
 	int64		id = request->campaign_id;
 	int			committed,
 				compensated;
-	SkCampaignRow row;
+	SeckillCampaignRow row;
 	int64		buyers;
 	long long	redis_stock,
 				redis_buyers;
@@ -336,7 +336,7 @@ sk_admin_restock(const SeckillRequest *request, SeckillReply *reply)
 {
 	int64		id = request->campaign_id;
 	int			delta = request->qty;
-	SkCampaignRow row;
+	SeckillCampaignRow row;
 	bool		done;
 
 	if (!sk_journal_replay_campaign(id, NULL, NULL))
@@ -389,7 +389,7 @@ sk_admin_limits(const SeckillRequest *request, SeckillReply *reply)
 {
 	int64		id = request->campaign_id;
 	const SeckillLimits *limits = &request->limits;
-	SkCampaignRow row;
+	SeckillCampaignRow row;
 	bool		found;
 
 	store_begin("seckill: set campaign limits");

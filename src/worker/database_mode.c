@@ -45,7 +45,7 @@ sk_database_mode_leave(void)
 			return false;
 		rows = store_preheated_campaigns();
 		foreach(lc, rows)
-			sk_rebuild_request(((SkCampaignRow *) lfirst(lc))->id);
+			sk_rebuild_request(((SeckillCampaignRow *) lfirst(lc))->id);
 		failures_before_leaving = sk_rebuild_failures();
 		leaving_database_mode = true;
 		ereport(LOG,

@@ -103,7 +103,7 @@ take_over(const char *why, const char *stale)
 	sk_pipeline_init(&p);
 	foreach(lc, rows)
 	{
-		SkCampaignRow *row = lfirst(lc);
+		SeckillCampaignRow *row = lfirst(lc);
 		int			nshards = Max(row->limits.shards, 1);
 
 		for (int shard = 0; shard < nshards; shard++)
@@ -117,7 +117,7 @@ take_over(const char *why, const char *stale)
 		return false;
 	foreach(lc, r != NULL ? rows : NIL)
 	{
-		SkCampaignRow *row = lfirst(lc);
+		SeckillCampaignRow *row = lfirst(lc);
 		int64		in_redis = 0;
 		bool		loaded = false;
 
@@ -137,7 +137,7 @@ take_over(const char *why, const char *stale)
 	taken_over = MemoryContextAlloc(TopMemoryContext, sizeof(int64) * (list_length(rows) + 1));
 	ntaken_over = 0;
 	foreach(lc, rows)
-		taken_over[ntaken_over++] = ((SkCampaignRow *) lfirst(lc))->id;
+		taken_over[ntaken_over++] = ((SeckillCampaignRow *) lfirst(lc))->id;
 	ereport(LOG,
 			(errmsg("seckill worker takes this Redis over (%s): %d preheated campaign(s) are rebuilt from PostgreSQL before they sell again",
 					why, list_length(rows))));

@@ -34,11 +34,9 @@ load_campaign_cache(void)
 
 	foreach(lc, rows)
 	{
-		SkCampaignRow *row = lfirst(lc);
+		SeckillCampaignRow *row = lfirst(lc);
 
-		if (!seckill_campaign_store(row->id, row->goods, row->starts_at, row->ends_at,
-									row->per_user_limit, &row->limits, row->created_at,
-									row->sold >= row->total_stock))
+		if (!seckill_campaign_store(row, row->sold >= row->total_stock))
 			ereport(WARNING,
 					(errmsg("seckill cannot cache campaign " INT64_FORMAT " (\"%s\"): more campaigns are preheated than seckill.max_campaigns (%d)",
 							row->id, row->goods, seckill_max_campaigns),

@@ -180,11 +180,11 @@ int
 sk_campaign_shards(int64 id)
 {
 	SeckillCampaign *c = seckill_campaign_find(id);
-	SkCampaignRow row;
+	SeckillCampaignRow row;
 	bool		found;
 
 	if (c != NULL)
-		return Max(c->limits.shards, 1);
+		return Max(c->row.limits.shards, 1);
 	store_begin("seckill: read campaign");
 	found = store_campaign(id, &row);
 	store_commit();
@@ -379,7 +379,7 @@ replay_all(void)
 
 	foreach(lc, rows)
 	{
-		SkCampaignRow *row = lfirst(lc);
+		SeckillCampaignRow *row = lfirst(lc);
 
 		if (!sk_campaign_served(row->id))
 			unreached++;

@@ -191,7 +191,7 @@ static void
 add_buy(SkPipeline *p, const SeckillRequest *req, const SkOrder *order)
 {
 	SeckillCampaign *c = seckill_campaign_find(req->campaign_id);
-	int64		instance = c ? c->created_at : 0;
+	int64		instance = c ? c->row.created_at : 0;
 	int64		id = req->campaign_id;
 	int			home = order->home,
 				nshards = order->nshards;

@@ -303,7 +303,7 @@ restart(Rebuild *r, SeckillReply *reply)
 static bool
 start(Rebuild *r, SeckillReply *reply)
 {
-	SkCampaignRow row;
+	SeckillCampaignRow row;
 	bool		found;
 
 	if (sk_lease_take(r->campaign_id, reply) == NULL)
@@ -452,7 +452,7 @@ stage_page(Rebuild *r, SeckillReply *reply)
 static bool
 load(Rebuild *r, SeckillReply *reply, bool *again)
 {
-	SkCampaignRow row;
+	SeckillCampaignRow row;
 	SkPipeline	p;
 	SkReply    *replies;
 	const char *keys[4];
@@ -528,8 +528,7 @@ load(Rebuild *r, SeckillReply *reply, bool *again)
 		store_set_state(r->campaign_id, "preheated");
 		store_commit();
 	}
-	(void) seckill_campaign_store(r->campaign_id, row.goods, row.starts_at, row.ends_at,
-								  row.per_user_limit, &row.limits, row.created_at, stock <= 0);
+	(void) seckill_campaign_store(&row, stock <= 0);
 	for (int shard = 0; shard < r->nshards; shard++)
 		seckill_campaign_note_stock(r->campaign_id, shard, sk_shard_stock(stock, shard, r->nshards));
 	ereport(LOG,

@@ -477,7 +477,7 @@ seckill_worker_main(Datum main_arg)
 
 	seckill_fail_taken_slots("the seckill worker restarted while it held this request", 0);
 	/* a predecessor's orders are on disk before anyone is told of them again */
-	seckill_orders_flush();
+	store_orders_flush();
 	pg_atomic_write_u64(&seckill_shared->orders_lsn, InvalidXLogRecPtr);
 	before_shmem_exit(worker_exit, 0);
 	sk_redis_init();

@@ -1,0 +1,23 @@
+/*-------------------------------------------------------------------------
+ *
+ * sql.h
+ *		How the files of store/ run their statements (store.c): inside
+ *		store_begin/store_commit, or a backend's store_backend_spi_begin.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SECKILL_STORE_SQL_H
+#define SECKILL_STORE_SQL_H
+
+#include "postgres.h"
+
+#include "executor/spi.h"
+
+/* Where results that outlive SPI_finish are allocated: see store_begin. */
+extern MemoryContext store_caller_cxt;
+
+extern SPIPlanPtr store_prepare(const char *sql, int nargs, Oid *types);
+extern void store_run(const char *sql, int nargs, Oid *types, Datum *values, int expected);
+extern void store_run_kept(const char *sql, int nargs, Oid *types, Datum *values, int expected);
+
+#endif							/* SECKILL_STORE_SQL_H */

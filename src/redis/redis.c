@@ -101,6 +101,7 @@ static bool connected = false;
 static bool conn_cluster = false;
 
 static char script_sha[SK_NSCRIPTS][41];
+static char *own_key = NULL;	/* sk_redis_init's */
 static char last_error[256] = "not connected yet";
 
 /*
@@ -322,9 +323,15 @@ sk_redis_subscribe(const char *channel, void (*callback) (const char *message))
 	}
 }
 
+/*
+ * own_key is a key in the slot of the client's own state (seckill's epoch):
+ * a Redis Cluster whose master of that slot cannot be reached is no
+ * connection.
+ */
 void
-sk_redis_init(void)
+sk_redis_init(const char *own_key_in)
 {
+	own_key = MemoryContextStrdup(TopMemoryContext, own_key_in);
 	rebuild_wait_set();
 }
 
@@ -1200,39 +1207,6 @@ sk_reply_int(const SkReply *r)
 	return -1;
 }
 
-/*
- * A key of the whole prefix, not of one campaign: prefix:{prefix}:<part>,
- * all in one Redis Cluster slot, so that one script may use several.
- */
-char *
-sk_prefix_key(const char *part)
-{
-	return psprintf("%s:{%s}:%s", seckill_redis_prefix, seckill_redis_prefix, part);
-}
-
-char *
-sk_campaign_key(int64 campaign_id, const char *part)
-{
-	return psprintf("%s:{c:" INT64_FORMAT "}:%s", seckill_redis_prefix, campaign_id, part);
-}
-
-char *
-sk_shard_key(int64 campaign_id, int shard, int nshards, const char *part)
-{
-	if (nshards <= 1)
-		return sk_campaign_key(campaign_id, part);
-	return psprintf("%s:{c:" INT64_FORMAT ":%d}:%s", seckill_redis_prefix, campaign_id, shard, part);
-}
-
-/* The same as SQL's (hashtext(user_id)::bigint & 4294967295) % nshards. */
-int
-sk_home_shard(const char *user_id, int nshards)
-{
-	if (nshards <= 1)
-		return 0;
-	return (int) (hash_bytes((const unsigned char *) user_id, strlen(user_id)) % (uint32) nshards);
-}
-
 /* The first line of the password file; NULL (and the error set) when unusable. */
 static char *
 read_password(void)
@@ -1813,10 +1787,10 @@ connect_cluster(void)
 		return false;
 	}
 	/* the epoch, the master's identity and the order ids: without them nothing sells */
-	if (!sk_redis_serves(sk_prefix_key("epoch")))
+	if (!sk_redis_serves(own_key))
 	{
 		set_error("the master of seckill's own keys (%s) cannot be reached: %s",
-				  sk_prefix_key("epoch"), ndown > 0 ? down[0].error : last_error);
+				  own_key, ndown > 0 ? down[0].error : last_error);
 		return false;
 	}
 	cluster_run_id();

@@ -66,7 +66,7 @@ typedef struct SkPipeline
 	int			max;			/* room in ends and slots */
 } SkPipeline;
 
-extern void sk_redis_init(void);
+extern void sk_redis_init(const char *own_key);
 extern bool sk_redis_connect(void);
 extern bool sk_redis_connected(void);
 extern uint64 sk_redis_generation(void);
@@ -96,18 +96,5 @@ extern bool sk_reply_is_error(const SkReply *r);
 extern bool sk_reply_is_moving(const SkReply *r);
 extern bool sk_reply_is_unreachable(const SkReply *r);
 extern long long sk_reply_int(const SkReply *r);
-
-/*
- * Key names: prefix:{c:<id>}:<part>, one hash tag per campaign; a campaign
- * whose stock is split into shards has a hash tag per shard,
- * prefix:{c:<id>:<shard>}:<part>, so that the shards can live on different
- * Redis Cluster nodes.  A user's buyer entry, rate-limit buckets and spent
- * tokens live in its home shard, which also serves its purchases while it
- * has stock; the others lend theirs when it has none.
- */
-extern char *sk_prefix_key(const char *part);
-extern char *sk_campaign_key(int64 campaign_id, const char *part);
-extern char *sk_shard_key(int64 campaign_id, int shard, int nshards, const char *part);
-extern int	sk_home_shard(const char *user_id, int nshards);
 
 #endif							/* SECKILL_REDIS_H */

@@ -13,6 +13,7 @@
 #include "worker/campaign_admin.h"
 
 #include "access/xlog.h"
+#include "layout/keys.h"
 #include "miscadmin.h"
 #include "redis/redis.h"
 #include "shared/call.h"

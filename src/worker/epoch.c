@@ -23,6 +23,7 @@
 #include "worker/epoch.h"
 
 #include "access/xlog.h"
+#include "layout/keys.h"
 #include "redis/redis.h"
 #include "shared/shmem.h"
 #include "store/store.h"

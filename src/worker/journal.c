@@ -16,6 +16,7 @@
  */
 #include "worker/journal.h"
 
+#include "layout/keys.h"
 #include "miscadmin.h"
 #include "redis/redis.h"
 #include "shared/campaign_cache.h"
@@ -203,14 +204,6 @@ redis_refused(const SkReply *r, const char *what)
 	sk_redis_refused(psprintf("Redis refused %s: %s", what, r->str ? r->str : "unexpected reply"));
 	replay_due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REPLAY_RETRY_MS);
 	return false;
-}
-
-void
-sk_campaign_keys(int64 id, int shard, int nshards, const char **keys)
-{
-	keys[0] = sk_shard_key(id, shard, nshards, "meta");
-	keys[1] = sk_shard_key(id, shard, nshards, "buyers");
-	keys[2] = sk_shard_key(id, shard, nshards, "journal");
 }
 
 /*

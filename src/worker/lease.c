@@ -12,6 +12,7 @@
 #include "worker/lease.h"
 
 #include "access/xlog.h"
+#include "layout/keys.h"
 #include "miscadmin.h"
 #include "redis/redlock.h"
 #include "store/store.h"

@@ -16,6 +16,7 @@
 #include "worker/purchase.h"
 
 #include "access/xlog.h"
+#include "layout/keys.h"
 #include "redis/redis.h"
 #include "shared/campaign_cache.h"
 #include "shared/shmem.h"

@@ -23,6 +23,7 @@
  */
 #include "worker/rebuild.h"
 
+#include "layout/keys.h"
 #include "miscadmin.h"
 #include "redis/redis.h"
 #include "shared/campaign_cache.h"
@@ -86,12 +87,6 @@ static struct
 	int64		campaign_id;
 	TimestampTz at;
 }			failed[MAX_FAILED];
-
-int
-sk_shard_stock(int stock, int shard, int nshards)
-{
-	return stock / nshards + (shard < stock % nshards ? 1 : 0);
-}
 
 /*
  * The traffic limits as field/value pairs of the campaign's hash in Redis,

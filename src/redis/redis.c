@@ -23,23 +23,8 @@
 #include "utils/timestamp.h"
 
 #include "redis/cluster.h"
-#include "redis/lua_scripts.h"
 #include "redis/sentinel.h"
 #include "shared/redis_nodes.h"
-
-static const char *const script_source[SK_NSCRIPTS] = {
-	[SK_SCRIPT_BUY] = LUA_BUY,
-	[SK_SCRIPT_COMPENSATE] = LUA_COMPENSATE,
-	[SK_SCRIPT_LOAD] = LUA_LOAD,
-	[SK_SCRIPT_RESTOCK] = LUA_RESTOCK,
-	[SK_SCRIPT_TAKE] = LUA_TAKE,
-	[SK_SCRIPT_LOCK] = LUA_LOCK,
-	[SK_SCRIPT_UNLOCK] = LUA_UNLOCK,
-	[SK_SCRIPT_ACQUIRE] = LUA_ACQUIRE,
-	[SK_SCRIPT_RENEW] = LUA_RENEW,
-	[SK_SCRIPT_EPOCH] = LUA_EPOCH,
-	[SK_SCRIPT_IDS] = LUA_IDS,
-};
 
 /*
  * The connections: one to the master, or in a Redis Cluster one to each
@@ -100,7 +85,14 @@ static int	published[SK_MAX_NODES];
 static bool connected = false;
 static bool conn_cluster = false;
 
-static char script_sha[SK_NSCRIPTS][41];
+/*
+ * The client's user's Lua scripts (sk_redis_init), loaded into every master
+ * at connection and run by their index, and their SHA1s.
+ */
+static const char *const *script_source = NULL;
+static int	nscripts = 0;
+static char (*script_sha)[41] = NULL;
+
 static char *own_key = NULL;	/* sk_redis_init's */
 static char last_error[256] = "not connected yet";
 
@@ -324,13 +316,17 @@ sk_redis_subscribe(const char *channel, void (*callback) (const char *message))
 }
 
 /*
- * own_key is a key in the slot of the client's own state (seckill's epoch):
- * a Redis Cluster whose master of that slot cannot be reached is no
- * connection.
+ * scripts[0..count-1] are the Lua sources loaded into every master, kept
+ * (not copied), and run by their index (sk_pipeline_script).  own_key is a
+ * key in the slot of the client's own state (seckill's epoch): a Redis
+ * Cluster whose master of that slot cannot be reached is no connection.
  */
 void
-sk_redis_init(const char *own_key_in)
+sk_redis_init(const char *const *scripts, int count, const char *own_key_in)
 {
+	script_source = scripts;
+	nscripts = count;
+	script_sha = MemoryContextAllocZero(TopMemoryContext, sizeof(*script_sha) * Max(count, 1));
 	own_key = MemoryContextStrdup(TopMemoryContext, own_key_in);
 	rebuild_wait_set();
 }
@@ -900,7 +896,7 @@ sk_pipeline_add(SkPipeline *p, int argc, const char **argv, const size_t *lens)
 }
 
 void
-sk_pipeline_script(SkPipeline *p, SkScript script,
+sk_pipeline_script(SkPipeline *p, int script,
 				   int nkeys, const char **keys, int nargs, const char **args)
 {
 	const char **argv = palloc(sizeof(char *) * (3 + nkeys + nargs));
@@ -923,10 +919,10 @@ static bool
 load_scripts(SkNode *node)
 {
 	SkPipeline p;
-	SkReply		replies[SK_NSCRIPTS];
+	SkReply    *replies = palloc(sizeof(SkReply) * Max(nscripts, 1));
 
 	sk_pipeline_init(&p);
-	for (int i = 0; i < SK_NSCRIPTS; i++)
+	for (int i = 0; i < nscripts; i++)
 	{
 		const char *argv[] = {"SCRIPT", "LOAD", script_source[i]};
 
@@ -934,7 +930,7 @@ load_scripts(SkNode *node)
 	}
 	if (!send_and_read(node, &p, replies))
 		return false;
-	for (int i = 0; i < SK_NSCRIPTS; i++)
+	for (int i = 0; i < nscripts; i++)
 	{
 		if (replies[i].type != REDIS_REPLY_STRING || replies[i].len != 40)
 		{
@@ -1155,7 +1151,7 @@ sk_pipeline_exec_meanwhile(SkPipeline *p, void (*work) (void))
 
 /* A script's Lua source, for EVAL on connections other than the worker's main one. */
 const char *
-sk_script_source(SkScript script)
+sk_redis_script_source(int script)
 {
 	return script_source[script];
 }

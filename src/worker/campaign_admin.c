@@ -14,6 +14,7 @@
 
 #include "access/xlog.h"
 #include "layout/keys.h"
+#include "layout/scripts.h"
 #include "miscadmin.h"
 #include "redis/redis.h"
 #include "shared/call.h"

@@ -24,6 +24,7 @@
 
 #include "access/xlog.h"
 #include "layout/keys.h"
+#include "layout/scripts.h"
 #include "redis/redis.h"
 #include "shared/shmem.h"
 #include "store/store.h"

@@ -17,6 +17,7 @@
 #include "worker/journal.h"
 
 #include "layout/keys.h"
+#include "layout/scripts.h"
 #include "miscadmin.h"
 #include "redis/redis.h"
 #include "shared/campaign_cache.h"

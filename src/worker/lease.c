@@ -13,6 +13,7 @@
 
 #include "access/xlog.h"
 #include "layout/keys.h"
+#include "layout/scripts.h"
 #include "miscadmin.h"
 #include "redis/redlock.h"
 #include "store/store.h"

@@ -16,6 +16,7 @@
 #include "worker/lock_keeper.h"
 
 #include "layout/keys.h"
+#include "layout/scripts.h"
 #include "miscadmin.h"
 #include "redis/redlock.h"
 #include "shared/lock_table.h"
@@ -127,8 +128,8 @@ acquire_by_redlock(const SeckillRequest *request, SeckillReply *reply)
 	TimestampTz sent = GetCurrentTimestamp();
 	char		why[SK_MESSAGE_LEN];
 
-	switch (sk_redlock_acquire(sk_lock_key(request->lock.name), request->lock.owner,
-							   request->lock.lease_ms, why, sizeof(why)))
+	switch (sk_redlock_acquire(SK_SCRIPT_ACQUIRE, SK_SCRIPT_UNLOCK, sk_lock_key(request->lock.name),
+							   request->lock.owner, request->lock.lease_ms, why, sizeof(why)))
 	{
 		case REDLOCK_BUSY:
 			reply->status = SK_BUSY;

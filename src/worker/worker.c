@@ -21,6 +21,7 @@
 
 #include "access/xact.h"
 #include "layout/keys.h"
+#include "layout/scripts.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -873,7 +874,7 @@ seckill_worker_main(Datum main_arg)
 	seckill_orders_flush();
 	pg_atomic_write_u64(&seckill_shared->orders_lsn, InvalidXLogRecPtr);
 	before_shmem_exit(worker_exit, 0);
-	sk_redis_init(sk_prefix_key("epoch"));
+	sk_redis_init(sk_script_sources, SK_NSCRIPTS, sk_prefix_key("epoch"));
 	/* releases by other clusters sharing the Redis wake our lock waiters */
 	if (!sk_redlock_enabled())
 		sk_redis_subscribe(sk_lock_channel(), sk_lock_released);

@@ -5,7 +5,8 @@
 # src/ holds the module's entry (GUCs, names shared by every part) and a
 # folder per side of the hand-off: backend/ (the SQL-callable functions),
 # shared/ (what lives in shared memory), worker/ (the background worker),
-# redis/ (the Redis client) and store/ (the SQL the worker runs).
+# layout/ (seckill's keys and scripts in Redis), redis/ (the Redis client)
+# and store/ (the SQL the worker runs).
 
 MODULE_big = seckill
 SECKILL_SOURCES = $(wildcard src/*.c src/*/*.c)

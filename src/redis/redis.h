@@ -65,7 +65,6 @@ extern void sk_redis_proven(void);
 extern void sk_redis_watch(void);
 extern bool sk_redis_serves(const char *key);
 extern const char *sk_redis_run_id(void);
-extern void sk_redis_subscribe(const char *channel, void (*callback) (const char *message));
 
 extern void sk_pipeline_init(SkPipeline *p);
 extern void sk_pipeline_add(SkPipeline *p, int argc, const char **argv, const size_t *lens);
@@ -74,7 +73,7 @@ extern void sk_pipeline_script(SkPipeline *p, int script,
 extern SkReply *sk_pipeline_exec(SkPipeline *p);
 extern SkReply *sk_pipeline_exec_meanwhile(SkPipeline *p, void (*work) (void));
 
-extern const char *sk_redis_script_source(int script);
+extern const char *sk_pipeline_script_source(int script);
 
 extern bool sk_reply_is_error(const SkReply *r);
 extern bool sk_reply_is_moving(const SkReply *r);

@@ -203,7 +203,7 @@ call_all(const SkScriptCall *commands, int ncommands, int *yes, int *answered)
 			int			argc = 0;
 
 			argv[argc++] = "EVAL";
-			argv[argc++] = sk_redis_script_source(commands[c].script);
+			argv[argc++] = sk_pipeline_script_source(commands[c].script);
 			argv[argc++] = "1";
 			argv[argc++] = commands[c].key;
 			for (int a = 0; a < commands[c].nargs; a++)

@@ -197,7 +197,7 @@ sk_campaign_shards(int64 id)
  * Redis answered with an error (NOPERM, OOM, MOVED...): the replay failed
  * and is tried again a second later, on the same connection (an error reply
  * is not a broken connection; those that mean "not a master" drop it in
- * redis/redis.c).
+ * redis/failover.c).
  */
 static bool
 redis_refused(const SkReply *r, const char *what)

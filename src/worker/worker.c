@@ -26,6 +26,7 @@
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "redis/pubsub.h"
 #include "redis/redis.h"
 #include "redis/redlock.h"
 #include "shared/call.h"
@@ -877,7 +878,7 @@ seckill_worker_main(Datum main_arg)
 	sk_redis_init(sk_script_sources, SK_NSCRIPTS, sk_prefix_key("epoch"));
 	/* releases by other clusters sharing the Redis wake our lock waiters */
 	if (!sk_redlock_enabled())
-		sk_redis_subscribe(sk_lock_channel(), sk_lock_released);
+		sk_pubsub_subscribe(sk_lock_channel(), sk_lock_released);
 
 	MemoryContextSwitchTo(round_cxt);
 

@@ -1,11 +1,12 @@
 # seckill: PGXS build.  The Lua scripts under lua/ are embedded into the
-# library at build time (src/redis/lua_scripts.h), so they can still be read
+# library at build time (src/layout/lua_scripts.h), so they can still be read
 # and run on their own with redis-cli --eval.
 #
 # src/ holds the module's entry (GUCs, names shared by every part) and a
 # folder per side of the hand-off: backend/ (the SQL-callable functions),
 # shared/ (what lives in shared memory), worker/ (the background worker),
-# redis/ (the Redis client) and store/ (every statement against seckill's tables).
+# layout/ (seckill's keys and scripts in Redis), redis/ (the Redis client)
+# and store/ (every statement against seckill's tables).
 
 MODULE_big = seckill
 SECKILL_SOURCES = $(wildcard src/*.c src/*/*.c)
@@ -22,7 +23,7 @@ ISOLATION = $(basename $(notdir $(wildcard specs/*.spec)))
 ISOLATION_OPTS = --inputdir=. --use-existing
 
 LUA = $(wildcard lua/*.lua)
-EXTRA_CLEAN = src/redis/lua_scripts.h src/build_flags
+EXTRA_CLEAN = src/layout/lua_scripts.h src/build_flags
 
 PG_CPPFLAGS = -I$(srcdir)/src
 # The fault tests' crash points (seckill.crash_point), as PostgreSQL's
@@ -41,12 +42,12 @@ include $(PGXS)
 # after PGXS, which sets it too
 CONTRIB_TESTDB = postgres
 
-src/redis/lua_scripts.h: $(LUA) lua/embed.sh
+src/layout/lua_scripts.h: $(LUA) lua/embed.sh
 	sh lua/embed.sh $(LUA) > $@
 
 # PGXS tracks no header dependencies: every object depends on every header
-# (the bitcode for JIT inlining too), and redis.c embeds the scripts.
-$(OBJS) $(OBJS:.o=.bc): $(SECKILL_HEADERS) src/redis/lua_scripts.h src/build_flags
+# (the bitcode for JIT inlining too), and layout/scripts.c embeds the scripts.
+$(OBJS) $(OBJS:.o=.bc): $(SECKILL_HEADERS) src/layout/lua_scripts.h src/build_flags
 
 # A change of the flags (CRASH_POINTS) rebuilds every object.
 src/build_flags: FORCE
@@ -58,7 +59,7 @@ src/build_flags: FORCE
 # flags (-Werror) against the server headers of includedir_server; the suite
 # runs it against the oldest PostgreSQL 15 minor Debian 12 has
 # (test/t/02_headers.t): make check-headers includedir_server=DIR
-check-headers: src/redis/lua_scripts.h
+check-headers: src/layout/lua_scripts.h
 	@set -e; for f in $(SECKILL_SOURCES); do \
 		$(CC) $(CFLAGS) $(CPPFLAGS) -fsyntax-only $$f; \
 	done; \

@@ -5,8 +5,8 @@
  *
  * A purchase travels: backend (backend/buy.c) -> a request slot in shared
  * memory (shared/call.c) -> the background worker (worker/worker.c, its
- * purchase round in worker/purchase.c) -> Redis (redis/redis.c and the Lua
- * scripts) -> the group commit in PostgreSQL (store/store.c) -> back to the
+ * purchase round in worker/purchase.c) -> Redis (redis/pipeline.c and the
+ * Lua scripts of layout/) -> the group commit in PostgreSQL (store/store.c) -> back to the
  * waiting backend.
  *
  * Settings are defined in settings.c, the names below in names.c, and the

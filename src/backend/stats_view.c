@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 
 #include "funcapi.h"
+#include "layout/keys.h"
 #include "redis/cluster.h"
 #include "shared/campaign_cache.h"
 #include "shared/redis_nodes.h"

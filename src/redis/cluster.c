@@ -6,7 +6,7 @@
  * A key's slot is CRC16 (XMODEM) of its hash tag, the part between the
  * first '{' and the next '}' when that part is not empty, else of the whole
  * key, modulo 16384.  seckill's keys all carry a tag: one per campaign or
- * stock shard, one for the keys of the whole prefix (redis.h).
+ * stock shard, one for the keys of the whole prefix (layout/keys.h).
  *
  *-------------------------------------------------------------------------
  */

@@ -2,7 +2,7 @@
  *
  * redis.h
  *		The worker's Redis client: one non-blocking hiredis connection,
- *		pipelines with deadlines, and the embedded Lua scripts.
+ *		pipelines with deadlines, and Lua scripts run by SHA.
  *
  * Every wait goes through one WaitEventSet holding the worker's latch,
  * postmaster death and the Redis socket, so signals are always heard.
@@ -20,26 +20,10 @@
 
 #include "lib/stringinfo.h"
 
-typedef enum SkScript
-{
-	SK_SCRIPT_BUY,
-	SK_SCRIPT_COMPENSATE,
-	SK_SCRIPT_LOAD,
-	SK_SCRIPT_RESTOCK,
-	SK_SCRIPT_TAKE,
-	SK_SCRIPT_LOCK,
-	SK_SCRIPT_UNLOCK,
-	SK_SCRIPT_ACQUIRE,
-	SK_SCRIPT_RENEW,
-	SK_SCRIPT_EPOCH,
-	SK_SCRIPT_IDS,
-	SK_NSCRIPTS
-} SkScript;
-
 /* One script on one key with a few arguments: the lease scripts' shape. */
 typedef struct SkScriptCall
 {
-	SkScript	script;
+	int			script;			/* its index among sk_redis_init's scripts */
 	const char *key;
 	int			nargs;
 	const char *args[4];
@@ -66,7 +50,7 @@ typedef struct SkPipeline
 	int			max;			/* room in ends and slots */
 } SkPipeline;
 
-extern void sk_redis_init(void);
+extern void sk_redis_init(const char *const *scripts, int count, const char *own_key);
 extern bool sk_redis_connect(void);
 extern bool sk_redis_connected(void);
 extern uint64 sk_redis_generation(void);
@@ -81,33 +65,19 @@ extern void sk_redis_proven(void);
 extern void sk_redis_watch(void);
 extern bool sk_redis_serves(const char *key);
 extern const char *sk_redis_run_id(void);
-extern void sk_redis_subscribe(const char *channel, void (*callback) (const char *message));
 
 extern void sk_pipeline_init(SkPipeline *p);
 extern void sk_pipeline_add(SkPipeline *p, int argc, const char **argv, const size_t *lens);
-extern void sk_pipeline_script(SkPipeline *p, SkScript script,
+extern void sk_pipeline_script(SkPipeline *p, int script,
 							   int nkeys, const char **keys, int nargs, const char **args);
 extern SkReply *sk_pipeline_exec(SkPipeline *p);
 extern SkReply *sk_pipeline_exec_meanwhile(SkPipeline *p, void (*work) (void));
 
-extern const char *sk_script_source(SkScript script);
+extern const char *sk_pipeline_script_source(int script);
 
 extern bool sk_reply_is_error(const SkReply *r);
 extern bool sk_reply_is_moving(const SkReply *r);
 extern bool sk_reply_is_unreachable(const SkReply *r);
 extern long long sk_reply_int(const SkReply *r);
-
-/*
- * Key names: prefix:{c:<id>}:<part>, one hash tag per campaign; a campaign
- * whose stock is split into shards has a hash tag per shard,
- * prefix:{c:<id>:<shard>}:<part>, so that the shards can live on different
- * Redis Cluster nodes.  A user's buyer entry, rate-limit buckets and spent
- * tokens live in its home shard, which also serves its purchases while it
- * has stock; the others lend theirs when it has none.
- */
-extern char *sk_prefix_key(const char *part);
-extern char *sk_campaign_key(int64 campaign_id, const char *part);
-extern char *sk_shard_key(int64 campaign_id, int shard, int nshards, const char *part);
-extern int	sk_home_shard(const char *user_id, int nshards);
 
 #endif							/* SECKILL_REDIS_H */

@@ -203,7 +203,7 @@ call_all(const SkScriptCall *commands, int ncommands, int *yes, int *answered)
 			int			argc = 0;
 
 			argv[argc++] = "EVAL";
-			argv[argc++] = sk_script_source(commands[c].script);
+			argv[argc++] = sk_pipeline_script_source(commands[c].script);
 			argv[argc++] = "1";
 			argv[argc++] = commands[c].key;
 			for (int a = 0; a < commands[c].nargs; a++)
@@ -332,7 +332,7 @@ sk_redlock_abandon(void)
 
 /* One lock script on every node: the nodes that answered 1, and *answered. */
 static int
-call_one(SkScript script, const char *key, int nargs, const char **args, int *answered)
+call_one(int script, const char *key, int nargs, const char **args, int *answered)
 {
 	SkScriptCall command = {script, key, nargs, {args[0], nargs > 1 ? args[1] : NULL}};
 	int			yes;
@@ -342,13 +342,19 @@ call_one(SkScript script, const char *key, int nargs, const char **args, int *an
 	return yes;
 }
 
+/*
+ * Take a lease on key for owner by majority: the script acquire, run with
+ * ARGV owner and the lease in milliseconds, answers 1 when granted; release,
+ * run with ARGV owner, gives back what was granted when no lease came of it.
+ */
 SkRedlockResult
-sk_redlock_acquire(const char *key, const char *owner, int lease_ms, char *why, size_t whylen)
+sk_redlock_acquire(int acquire, int release, const char *key, const char *owner, int lease_ms,
+				   char *why, size_t whylen)
 {
 	TimestampTz start = GetCurrentTimestamp();
 	const char *args[2] = {owner, psprintf("%d", lease_ms)};
 	int			answered;
-	int			granted = call_one(SK_SCRIPT_ACQUIRE, key, 2, args, &answered);
+	int			granted = call_one(acquire, key, 2, args, &answered);
 	long		took = TimestampDifferenceMilliseconds(start, GetCurrentTimestamp());
 	long		validity = lease_ms - took - (lease_ms / 100 + 2);
 	int			released;
@@ -356,7 +362,7 @@ sk_redlock_acquire(const char *key, const char *owner, int lease_ms, char *why, 
 	if (granted >= quorum() && validity > 0)
 		return REDLOCK_ACQUIRED;
 	/* a minority, or a majority too late: give back what was granted */
-	(void) call_one(SK_SCRIPT_UNLOCK, key, 1, args, &released);
+	(void) call_one(release, key, 1, args, &released);
 	if (answered < quorum() || granted >= quorum())
 	{
 		snprintf(why, whylen, granted >= quorum() ?

@@ -6,7 +6,7 @@
  *		is reached, how many slots it serves and how many round trips went
  *		to it; and which master serves each slot.
  *
- * The worker alone writes it (redis/redis.c), under its LWLock.
+ * The worker alone writes it (redis/topology.c), under its LWLock.
  *
  *-------------------------------------------------------------------------
  */

@@ -20,6 +20,7 @@
  */
 #include "worker/audit.h"
 
+#include "layout/keys.h"
 #include "redis/redis.h"
 #include "shared/campaign_cache.h"
 #include "shared/shmem.h"

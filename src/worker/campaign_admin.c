@@ -13,6 +13,8 @@
 #include "worker/campaign_admin.h"
 
 #include "access/xlog.h"
+#include "layout/keys.h"
+#include "layout/scripts.h"
 #include "miscadmin.h"
 #include "redis/redis.h"
 #include "shared/call.h"

@@ -23,6 +23,8 @@
 #include "worker/epoch.h"
 
 #include "access/xlog.h"
+#include "layout/keys.h"
+#include "layout/scripts.h"
 #include "redis/redis.h"
 #include "shared/shmem.h"
 #include "store/store.h"

@@ -16,6 +16,8 @@
  */
 #include "worker/journal.h"
 
+#include "layout/keys.h"
+#include "layout/scripts.h"
 #include "miscadmin.h"
 #include "redis/redis.h"
 #include "shared/campaign_cache.h"
@@ -195,7 +197,7 @@ sk_campaign_shards(int64 id)
  * Redis answered with an error (NOPERM, OOM, MOVED...): the replay failed
  * and is tried again a second later, on the same connection (an error reply
  * is not a broken connection; those that mean "not a master" drop it in
- * redis/redis.c).
+ * redis/failover.c).
  */
 static bool
 redis_refused(const SkReply *r, const char *what)
@@ -203,14 +205,6 @@ redis_refused(const SkReply *r, const char *what)
 	sk_redis_refused(psprintf("Redis refused %s: %s", what, r->str ? r->str : "unexpected reply"));
 	replay_due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REPLAY_RETRY_MS);
 	return false;
-}
-
-void
-sk_campaign_keys(int64 id, int shard, int nshards, const char **keys)
-{
-	keys[0] = sk_shard_key(id, shard, nshards, "meta");
-	keys[1] = sk_shard_key(id, shard, nshards, "buyers");
-	keys[2] = sk_shard_key(id, shard, nshards, "journal");
 }
 
 /*

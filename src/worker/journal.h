@@ -28,9 +28,8 @@ extern bool sk_journal_blocked(int64 campaign_id, const char **why);
 extern long sk_journal_retry_wait(void);
 extern void sk_journal_retry_blocked(void);
 
-/* A campaign's stock shards, and the keys of one: meta, buyers, journal. */
+/* A campaign's stock shards. */
 extern int	sk_campaign_shards(int64 campaign_id);
-extern void sk_campaign_keys(int64 campaign_id, int shard, int nshards, const char **keys);
 extern bool sk_campaign_served(int64 campaign_id);
 
 #endif							/* SECKILL_JOURNAL_H */

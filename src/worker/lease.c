@@ -12,6 +12,8 @@
 #include "worker/lease.h"
 
 #include "access/xlog.h"
+#include "layout/keys.h"
+#include "layout/scripts.h"
 #include "miscadmin.h"
 #include "redis/redlock.h"
 #include "store/store.h"

@@ -15,6 +15,8 @@
  */
 #include "worker/lock_keeper.h"
 
+#include "layout/keys.h"
+#include "layout/scripts.h"
 #include "miscadmin.h"
 #include "redis/redlock.h"
 #include "shared/lock_table.h"
@@ -24,19 +26,6 @@
 #include "utils/timestamp.h"
 #include "worker/lease.h"
 
-static char *
-lock_key(const char *name)
-{
-	return psprintf("%s:{lock:%s}", seckill_redis_prefix, name);
-}
-
-/* Where releases are announced, for the waiters of other clusters sharing the Redis. */
-char *
-sk_lock_channel(void)
-{
-	return psprintf("%s:lock-released", seckill_redis_prefix);
-}
-
 /*
  * A lease script on a lock for its owner: acquire and renew take the lease
  * in milliseconds, unlock the channel where the release is announced.
@@ -44,7 +33,7 @@ sk_lock_channel(void)
 static SkScriptCall
 lock_call(SkScript script, const char *name, const char *owner, int lease_ms)
 {
-	SkScriptCall call = {script, lock_key(name), 2, {owner}};
+	SkScriptCall call = {script, sk_lock_key(name), 2, {owner}};
 
 	call.args[1] = script == SK_SCRIPT_UNLOCK ? sk_lock_channel() : psprintf("%d", lease_ms);
 	return call;
@@ -139,8 +128,8 @@ acquire_by_redlock(const SeckillRequest *request, SeckillReply *reply)
 	TimestampTz sent = GetCurrentTimestamp();
 	char		why[SK_MESSAGE_LEN];
 
-	switch (sk_redlock_acquire(lock_key(request->lock.name), request->lock.owner,
-							   request->lock.lease_ms, why, sizeof(why)))
+	switch (sk_redlock_acquire(SK_SCRIPT_ACQUIRE, SK_SCRIPT_UNLOCK, sk_lock_key(request->lock.name),
+							   request->lock.owner, request->lock.lease_ms, why, sizeof(why)))
 	{
 		case REDLOCK_BUSY:
 			reply->status = SK_BUSY;
@@ -294,12 +283,10 @@ sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
 void
 sk_lock_released(const char *key)
 {
-	char	   *head = psprintf("%s:{lock:", seckill_redis_prefix);
-	size_t		len = strlen(key);
+	char	   *name = sk_lock_name(key);
 
-	if (strncmp(key, head, strlen(head)) != 0 || len <= strlen(head) || key[len - 1] != '}')
-		return;
-	wake_waiters(pnstrdup(key + strlen(head), len - strlen(head) - 1));
+	if (name != NULL)
+		wake_waiters(name);
 }
 
 /* Work the keeper found due, copied out of the table. */

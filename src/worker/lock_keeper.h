@@ -14,7 +14,6 @@
 extern void sk_lock_release(const SeckillRequest *request, SeckillReply *reply);
 extern void sk_lock_acquire_many(const SeckillRequest *const *requests, SeckillReply *const *replies, int n);
 extern void sk_lock_release_many(const SeckillRequest *const *requests, SeckillReply *const *replies, int n);
-extern char *sk_lock_channel(void);
 extern void sk_lock_released(const char *key);
 extern long sk_lock_keeper_tick(void);
 

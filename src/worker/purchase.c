@@ -16,6 +16,8 @@
 #include "worker/purchase.h"
 
 #include "access/xlog.h"
+#include "layout/keys.h"
+#include "layout/scripts.h"
 #include "redis/redis.h"
 #include "shared/campaign_cache.h"
 #include "shared/shmem.h"

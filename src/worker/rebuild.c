@@ -23,6 +23,8 @@
  */
 #include "worker/rebuild.h"
 
+#include "layout/keys.h"
+#include "layout/scripts.h"
 #include "miscadmin.h"
 #include "redis/redis.h"
 #include "shared/campaign_cache.h"
@@ -86,36 +88,6 @@ static struct
 	int64		campaign_id;
 	TimestampTz at;
 }			failed[MAX_FAILED];
-
-int
-sk_shard_stock(int stock, int shard, int nshards)
-{
-	return stock / nshards + (shard < stock % nshards ? 1 : 0);
-}
-
-/*
- * The traffic limits as field/value pairs of the campaign's hash in Redis,
- * where the purchase script reads them (lua/buy.lua).  Returns the count,
- * SK_LIMIT_ARGS.
- */
-int
-sk_limit_args(const SeckillLimits *l, const char **argv)
-{
-	int			n = 0;
-
-	argv[n++] = "user_rate";
-	argv[n++] = psprintf("%.17g", l->user_rate);
-	argv[n++] = "user_burst";
-	argv[n++] = psprintf("%d", l->user_burst);
-	argv[n++] = "addr_rate";
-	argv[n++] = psprintf("%.17g", l->addr_rate);
-	argv[n++] = "addr_burst";
-	argv[n++] = psprintf("%d", l->addr_burst);
-	argv[n++] = "token";
-	argv[n++] = l->token_required ? "1" : "0";
-	Assert(n == SK_LIMIT_ARGS);
-	return n;
-}
 
 static char *
 usec_arg(TimestampTz ts)

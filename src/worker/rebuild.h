@@ -24,9 +24,4 @@ extern List *sk_rebuild_failed(const SeckillReply *why);
 extern void sk_rebuild_abort(void);
 extern bool sk_rebuild_note_cancel(const SkCancelled *cancelled);
 
-/* The campaign's layout in Redis, which its other admin work shares. */
-#define SK_LIMIT_ARGS 10
-extern int	sk_limit_args(const SeckillLimits *limits, const char **argv);
-extern int	sk_shard_stock(int stock, int shard, int nshards);
-
 #endif							/* SECKILL_REBUILD_H */

@@ -1,0 +1,39 @@
+/*-------------------------------------------------------------------------
+ *
+ * keys.h
+ *		Where seckill keeps its state in Redis: the key names, their hash
+ *		tags, and how a campaign's stock and buyers spread over its shards.
+ *
+ * Key names: prefix:{c:<id>}:<part>, one hash tag per campaign; a campaign
+ * whose stock is split into shards has a hash tag per shard,
+ * prefix:{c:<id>:<shard>}:<part>, so that the shards can live on different
+ * Redis Cluster nodes.  A user's buyer entry, rate-limit buckets and spent
+ * tokens live in its home shard, which also serves its purchases while it
+ * has stock; the others lend theirs when it has none.  The keys of the
+ * whole prefix (the epoch, the master's identity, the order ids) share one
+ * tag, prefix:{prefix}:<part>; a SQL caller's lock is prefix:{lock:<name>}.
+ *
+ * The worker builds every key it sends from here, and the backend's
+ * seckill_campaign_nodes() finds a shard's slot from the same names.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SECKILL_KEYS_H
+#define SECKILL_KEYS_H
+
+#include "seckill.h"
+
+extern char *sk_prefix_key(const char *part);
+extern char *sk_campaign_key(int64 campaign_id, const char *part);
+extern char *sk_shard_key(int64 campaign_id, int shard, int nshards, const char *part);
+extern int	sk_home_shard(const char *user_id, int nshards);
+extern int	sk_shard_stock(int stock, int shard, int nshards);
+
+/* The keys of one shard of a campaign: meta, buyers, journal. */
+extern void sk_campaign_keys(int64 campaign_id, int shard, int nshards, const char **keys);
+
+extern char *sk_lock_key(const char *name);
+extern char *sk_lock_name(const char *key);
+extern char *sk_lock_channel(void);
+
+#endif							/* SECKILL_KEYS_H */

@@ -1,0 +1,521 @@
+/*-------------------------------------------------------------------------
+ *
+ * pipeline.c
+ *		Pipelines: commands built in RESP, sent to every master they go to
+ *		at once, their replies read back into palloc'd memory by one
+ *		deadline; commands Redis did not run sent again where it says; the
+ *		Lua scripts loaded by SHA and reloaded after NOSCRIPT.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "redis/redis_int.h"
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "redis/cluster.h"
+#include "shared/redis_nodes.h"
+#include "shared/stats.h"
+#include "utils/memutils.h"
+
+/*
+ * The client's user's Lua scripts (sk_redis_init), loaded into every master
+ * at connection and run by their index, and their SHA1s.
+ */
+static const char *const *script_source = NULL;
+static int	nscripts = 0;
+static char (*script_sha)[41] = NULL;
+
+/*
+ * Work to do once the next pipeline is on its way to Redis, before its
+ * replies are read (sk_pipeline_exec_meanwhile), and the time it took, which
+ * the replies' deadline does not count.
+ */
+static void (*meanwhile) (void) = NULL;
+static TimestampTz meanwhile_took = 0;
+
+/* sk_redis_init's scripts: kept, not copied. */
+void
+sk_pipeline_use_scripts(const char *const *scripts, int count)
+{
+	script_source = scripts;
+	nscripts = count;
+	script_sha = MemoryContextAllocZero(TopMemoryContext, sizeof(*script_sha) * Max(count, 1));
+}
+
+/* After an error broke off a round: its work is not done. */
+void
+sk_pipeline_forget_meanwhile(void)
+{
+	meanwhile = NULL;
+}
+
+static void
+run_meanwhile(void)
+{
+	void		(*work) (void) = meanwhile;
+	TimestampTz begun = GetCurrentTimestamp();
+
+	meanwhile = NULL;
+	if (work)
+		work();
+	meanwhile_took = GetCurrentTimestamp() - begun;
+}
+
+static bool
+flush_output(SkNode *node, TimestampTz deadline)
+{
+	int			done = 0;
+
+	while (!done)
+	{
+		if (redisBufferWrite(node->ctx, &done) == REDIS_ERR)
+			return sk_redis_fail(node, "write to Redis failed");
+		if (!done && !sk_redis_wait_socket(node, WL_SOCKET_WRITEABLE, deadline))
+		{
+			if (sk_nnodes > 0)
+			{
+				sk_redis_set_error("Redis at %s:%d did not accept the request within seckill.redis_timeout (%d ms)",
+								   node->host, node->port, seckill_redis_timeout);
+				sk_redis_disconnect(NULL);
+			}
+			return false;
+		}
+	}
+	return true;
+}
+
+static void
+copy_reply(SkReply *dst, const redisReply *src)
+{
+	dst->type = src->type;
+	dst->integer = src->integer;
+	dst->str = NULL;
+	dst->len = 0;
+	dst->elements = 0;
+	dst->element = NULL;
+	if (src->type == REDIS_REPLY_STRING || src->type == REDIS_REPLY_STATUS ||
+		src->type == REDIS_REPLY_ERROR)
+	{
+		dst->str = palloc(src->len + 1);
+		memcpy(dst->str, src->str, src->len);
+		dst->str[src->len] = '\0';
+		dst->len = src->len;
+	}
+	else if (src->type == REDIS_REPLY_ARRAY)
+	{
+		dst->elements = src->elements;
+		dst->element = palloc0(sizeof(SkReply) * Max(src->elements, 1));
+		for (size_t i = 0; i < src->elements; i++)
+			copy_reply(&dst->element[i], src->element[i]);
+	}
+}
+
+/*
+ * One connection's part of a pipeline out: the commands whose replies it
+ * owes, in order (-1: an ASKING, whose reply is dropped), and how many came.
+ */
+typedef struct NodeShare
+{
+	int		   *cmds;
+	int			count;
+	int			got;
+} NodeShare;
+
+/* Read every connection's replies into out[], or fail (and disconnect) at the deadline. */
+static bool
+read_replies(NodeShare *share, SkReply *out, TimestampTz deadline)
+{
+	for (;;)
+	{
+		SkNode	   *waiting = NULL;
+
+		for (int n = 0; n < sk_nnodes && waiting == NULL; n++)
+			while (share[n].got < share[n].count)
+			{
+				void	   *raw = NULL;
+				int			cmd;
+
+				if (redisGetReplyFromReader(sk_nodes[n].ctx, &raw) == REDIS_ERR)
+					return sk_redis_fail(&sk_nodes[n], "bad reply from Redis");
+				if (raw == NULL)
+				{
+					waiting = &sk_nodes[n];
+					break;
+				}
+				cmd = share[n].cmds[share[n].got++];
+				if (cmd >= 0)
+					copy_reply(&out[cmd], raw);
+				freeReplyObject(raw);
+			}
+		if (waiting == NULL)
+			return true;
+		if (!sk_redis_wait_socket(NULL, 0, deadline))
+		{
+			if (sk_nnodes > 0)
+			{
+				sk_redis_set_error("Redis%s did not answer within seckill.redis_timeout (%d ms)",
+								   sk_nnodes > 1 ? psprintf(" at %s:%d", waiting->host, waiting->port) : "",
+								   seckill_redis_timeout);
+				sk_redis_disconnect(NULL);
+			}
+			return false;
+		}
+	}
+}
+
+static void
+append_command(StringInfo buf, const SkPipeline *p, int cmd)
+{
+	int			start = cmd == 0 ? 0 : p->ends[cmd - 1];
+
+	appendBinaryStringInfo(buf, p->buf.data + start, p->ends[cmd] - start);
+}
+
+/*
+ * Send commands cmds[0..n-1] of p (all of them, in order, when cmds is
+ * NULL), command k to node to[k] after an ASKING when asking[k], to every
+ * node at once, and read the replies into out[] by command by the
+ * deadline.  A command whose slot no node serves is not sent: its reply is
+ * a CLUSTERDOWN error.
+ */
+static bool
+send_to(SkPipeline *p, int n, const int *cmds, const int *to, const bool *asking, SkReply *out,
+		TimestampTz deadline)
+{
+	TimestampTz start = GetCurrentTimestamp();
+	NodeShare  *share = palloc0(sizeof(NodeShare) * sk_nnodes);
+	bool		whole = cmds == NULL && asking == NULL;
+
+	for (int k = 0; k < n; k++)
+	{
+		int			cmd = cmds ? cmds[k] : k;
+		NodeShare  *s = to[k] >= 0 ? &share[to[k]] : NULL;
+
+		if (s == NULL)
+		{
+			out[cmd].type = REDIS_REPLY_ERROR;
+			out[cmd].str = psprintf("CLUSTERDOWN no master of the Redis Cluster that seckill reaches serves slot %d%s",
+									p->slots[cmd], sk_ndown > 0 ? psprintf(" (%s:%d: %s)", sk_down[0].host, sk_down[0].port,
+																		   sk_down[0].error) : "");
+			out[cmd].len = strlen(out[cmd].str);
+			whole = false;
+			continue;
+		}
+		if (s->cmds == NULL)
+			s->cmds = palloc(sizeof(int) * 2 * n);
+		if (asking && asking[k])
+			s->cmds[s->count++] = -1;
+		s->cmds[s->count++] = cmd;
+		whole = whole && to[k] == to[0];
+	}
+	for (int i = 0; i < sk_nnodes; i++)
+	{
+		StringInfoData buf;
+		int			rc;
+
+		if (share[i].count == 0)
+			continue;
+		if (whole)
+			rc = redisAppendFormattedCommand(sk_nodes[i].ctx, p->buf.data, p->buf.len);
+		else
+		{
+			initStringInfo(&buf);
+			for (int k = 0; k < share[i].count; k++)
+				if (share[i].cmds[k] < 0)
+					appendStringInfoString(&buf, "*1\r\n$6\r\nASKING\r\n");
+				else
+					append_command(&buf, p, share[i].cmds[k]);
+			rc = redisAppendFormattedCommand(sk_nodes[i].ctx, buf.data, buf.len);
+			pfree(buf.data);
+		}
+		if (rc != REDIS_OK)
+			return sk_redis_fail(&sk_nodes[i], "could not queue a Redis command");
+		sk_in_flight = true;
+	}
+	for (int i = 0; i < sk_nnodes; i++)
+		if (share[i].count > 0 && !flush_output(&sk_nodes[i], deadline))
+			return false;
+	pg_atomic_fetch_add_u64(&seckill_figures->counters.redis_round_trips, 1);
+	for (int i = 0; sk_connected && i < sk_nnodes; i++)
+		if (share[i].count > 0 && sk_published[i] >= 0)
+			pg_atomic_fetch_add_u64(&seckill_redis_nodes->node[sk_published[i]].round_trips, 1);
+	if (meanwhile)
+	{
+		run_meanwhile();
+		deadline += meanwhile_took;
+		start += meanwhile_took;
+	}
+	if (!read_replies(share, out, deadline))
+		return false;
+	sk_in_flight = false;
+	for (int k = 0; k < n; k++)
+		if (to[k] >= 0 && !sk_failover_serving(&out[cmds ? cmds[k] : k], &sk_nodes[to[k]]))
+			return false;
+	seckill_hist_record(&seckill_figures->redis_latency, GetCurrentTimestamp() - start);
+	return true;
+}
+
+/* Send the whole pipeline to one node. */
+bool
+sk_pipeline_send_to_node(SkNode *node, SkPipeline *p, SkReply *out)
+{
+	int		   *to = palloc(sizeof(int) * Max(p->count, 1));
+
+	for (int i = 0; i < p->count; i++)
+		to[i] = node - sk_nodes;
+	return send_to(p, p->count, NULL, to, NULL, out,
+				   TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout));
+}
+
+void
+sk_pipeline_init(SkPipeline *p)
+{
+	initStringInfo(&p->buf);
+	p->count = 0;
+	p->max = 16;
+	p->ends = palloc(sizeof(int) * p->max);
+	p->slots = palloc(sizeof(int) * p->max);
+}
+
+/* The command's slot is its first key's: argv[1] when it has one. */
+void
+sk_pipeline_add_command(SkPipeline *p, int argc, const char **argv, const size_t *lens, int key)
+{
+	appendStringInfo(&p->buf, "*%d\r\n", argc);
+	for (int i = 0; i < argc; i++)
+	{
+		size_t		len = lens ? lens[i] : strlen(argv[i]);
+
+		appendStringInfo(&p->buf, "$%zu\r\n", len);
+		appendBinaryStringInfo(&p->buf, argv[i], len);
+		appendBinaryStringInfo(&p->buf, "\r\n", 2);
+	}
+	if (p->count == p->max)
+	{
+		p->max *= 2;
+		p->ends = repalloc(p->ends, sizeof(int) * p->max);
+		p->slots = repalloc(p->slots, sizeof(int) * p->max);
+	}
+	p->slots[p->count] = key < argc ?
+		sk_cluster_key_slot(argv[key], lens ? lens[key] : strlen(argv[key])) : -1;
+	p->ends[p->count++] = p->buf.len;
+}
+
+/*
+ * Append one command, binary-safe, in RESP: a command on keys, the first of
+ * them argv[1] (it is sent to the master of that key's slot).
+ */
+void
+sk_pipeline_add(SkPipeline *p, int argc, const char **argv, const size_t *lens)
+{
+	sk_pipeline_add_command(p, argc, argv, lens, 1);
+}
+
+void
+sk_pipeline_script(SkPipeline *p, int script,
+				   int nkeys, const char **keys, int nargs, const char **args)
+{
+	const char **argv = palloc(sizeof(char *) * (3 + nkeys + nargs));
+	char		nkeys_str[16];
+	int			argc = 0;
+
+	snprintf(nkeys_str, sizeof(nkeys_str), "%d", nkeys);
+	argv[argc++] = "EVALSHA";
+	argv[argc++] = script_sha[script];
+	argv[argc++] = nkeys_str;
+	for (int i = 0; i < nkeys; i++)
+		argv[argc++] = keys[i];
+	for (int i = 0; i < nargs; i++)
+		argv[argc++] = args[i];
+	sk_pipeline_add_command(p, argc, argv, NULL, nkeys > 0 ? 3 : argc);
+	pfree(argv);
+}
+
+bool
+sk_pipeline_load_scripts(SkNode *node)
+{
+	SkPipeline p;
+	SkReply    *replies = palloc(sizeof(SkReply) * Max(nscripts, 1));
+
+	sk_pipeline_init(&p);
+	for (int i = 0; i < nscripts; i++)
+	{
+		const char *argv[] = {"SCRIPT", "LOAD", script_source[i]};
+
+		sk_pipeline_add(&p, 3, argv, NULL);
+	}
+	if (!sk_pipeline_send_to_node(node, &p, replies))
+		return false;
+	for (int i = 0; i < nscripts; i++)
+	{
+		if (replies[i].type != REDIS_REPLY_STRING || replies[i].len != 40)
+		{
+			sk_redis_set_error("SCRIPT LOAD failed: %s", replies[i].str ? replies[i].str : "unexpected reply");
+			sk_redis_disconnect(NULL);
+			return false;
+		}
+		memcpy(script_sha[i], replies[i].str, 41);
+	}
+	return true;
+}
+
+/*
+ * Times one pipeline's commands are sent again (NOSCRIPT, MOVED, ASK,
+ * TRYAGAIN) before their replies stand.  TRYAGAIN lasts while its slot's keys
+ * move, and the whole round waits for it: a few short pauses, then the
+ * caller hears busy (sk_reply_is_moving).
+ */
+#define RESEND_RETRIES 5
+#define TRYAGAIN_PAUSE_MS 2
+
+/*
+ * Send the pipeline and read all its replies, all within one
+ * seckill.redis_timeout.  NULL when Redis failed: the connections are then
+ * closed and sk_redis_error() says why.  The commands Redis answered
+ * without running them are sent again where the reply says
+ * (sk_topology_redirect()), while time is left; the others ran and are not
+ * repeated.
+ */
+SkReply *
+sk_pipeline_exec(SkPipeline *p)
+{
+	SkReply    *replies;
+	int		   *to;
+	int		   *cmds;
+	bool	   *asking;
+	bool	   *was_asking;
+	bool	   *reload;
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout);
+
+	if (!sk_connected || p->count == 0)
+		return NULL;
+	replies = palloc0(sizeof(SkReply) * p->count);
+	to = palloc(sizeof(int) * p->count);
+	for (int i = 0; i < p->count; i++)
+		to[i] = sk_conn_cluster ? sk_cluster_node_of(p->slots[i]) : 0;
+	meanwhile_took = 0;
+	if (!send_to(p, p->count, NULL, to, NULL, replies, deadline))
+		return NULL;
+	deadline += meanwhile_took;
+
+	cmds = palloc(sizeof(int) * p->count);
+	asking = palloc(sizeof(bool) * p->count);
+	was_asking = palloc0(sizeof(bool) * p->count);
+	reload = palloc(sizeof(bool) * SK_MAX_NODES);
+	for (int attempt = 0;; attempt++)
+	{
+		int			n = 0;
+		int		   *sent_to = palloc(sizeof(int) * p->count);
+		bool		pause = false;
+
+		memcpy(sent_to, to, sizeof(int) * p->count);
+		memset(reload, 0, sizeof(bool) * SK_MAX_NODES);
+		for (int i = 0; i < p->count; i++)
+		{
+			int			next = sent_to[i] >= 0 ?
+				sk_topology_redirect(&replies[i], sent_to[i], was_asking[i], &asking[n], reload, &pause) : -1;
+
+			if (!sk_connected)
+				return NULL;
+			if (next < 0)
+				continue;
+			cmds[n] = i;
+			to[n++] = next;
+		}
+		if (n == 0 || attempt >= RESEND_RETRIES || GetCurrentTimestamp() >= deadline)
+			break;
+		for (int i = 0; i < sk_nnodes; i++)
+			if (reload[i])
+			{
+				ereport(LOG, (errmsg("seckill worker reloads its Lua scripts into Redis at %s:%d",
+									 sk_nodes[i].host, sk_nodes[i].port)));
+				if (!sk_pipeline_load_scripts(&sk_nodes[i]))
+					return NULL;
+			}
+		if (pause)
+		{
+			/* not cut short by the latch, which every new request sets */
+			(void) WaitLatch(NULL, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, TRYAGAIN_PAUSE_MS, PG_WAIT_EXTENSION);
+			CHECK_FOR_INTERRUPTS();
+		}
+		if (!send_to(p, n, cmds, to, asking, replies, deadline))
+			return NULL;
+		/* where each command went this time, for its next redirection */
+		for (int i = 0; i < p->count; i++)
+			sent_to[i] = -1;
+		for (int k = 0; k < n; k++)
+		{
+			sent_to[cmds[k]] = to[k];
+			was_asking[cmds[k]] = asking[k];
+		}
+		memcpy(to, sent_to, sizeof(int) * p->count);
+	}
+	return replies;
+}
+
+/*
+ * sk_pipeline_exec, and work() run once the pipeline is on its way, while
+ * Redis runs it: the worker commits a round's orders while Redis serves the
+ * next.  work() runs exactly once, also when Redis fails (then before this
+ * returns NULL); it must not use Redis.  Its time does not count against
+ * seckill.redis_timeout.
+ */
+SkReply *
+sk_pipeline_exec_meanwhile(SkPipeline *p, void (*work) (void))
+{
+	SkReply    *replies;
+
+	Assert(meanwhile == NULL);
+	meanwhile = work;
+	replies = sk_pipeline_exec(p);
+	if (meanwhile)
+		run_meanwhile();
+	return replies;
+}
+
+/* A script's Lua source, for EVAL on connections other than the worker's main one. */
+const char *
+sk_pipeline_script_source(int script)
+{
+	return script_source[script];
+}
+
+bool
+sk_reply_is_error(const SkReply *r)
+{
+	return r->type == REDIS_REPLY_ERROR;
+}
+
+/*
+ * A redirection that still stood after the command was sent again: its slot
+ * is moving between masters of a Redis Cluster, and the command did not run.
+ */
+bool
+sk_reply_is_moving(const SkReply *r)
+{
+	int			slot,
+				port;
+	char		host[256];
+
+	return sk_cluster_redirect(r, &slot, host, sizeof(host), &port) != SK_REDIRECT_NONE;
+}
+
+/*
+ * A Redis Cluster refused the command for want of a master: the one of its
+ * slot could not be reached, or the cluster is down.  Nothing ran.
+ */
+bool
+sk_reply_is_unreachable(const SkReply *r)
+{
+	return r->type == REDIS_REPLY_ERROR && r->str != NULL && strncmp(r->str, "CLUSTERDOWN", 11) == 0;
+}
+
+long long
+sk_reply_int(const SkReply *r)
+{
+	if (r->type == REDIS_REPLY_INTEGER)
+		return r->integer;
+	if (r->type == REDIS_REPLY_STRING)
+		return strtoll(r->str, NULL, 10);
+	return -1;
+}

@@ -209,7 +209,7 @@ seckill_campaign_nodes_rows(PG_FUNCTION_ARGS)
 	LWLockAcquire(pub->lock, LW_SHARED);
 	for (int shard = 0; shard < nshards; shard++)
 	{
-		char	   *key = sk_shard_key(id, shard, nshards, "meta");
+		char	   *key = sk_keys_shard(id, shard, nshards, "meta");
 		int			slot = sk_cluster_key_slot(key, strlen(key));
 		int			node = pub->count > 0 ? pub->slot_node[slot] : -1;
 		Datum		values[3];

@@ -15,28 +15,28 @@
  * all in one Redis Cluster slot, so that one script may use several.
  */
 char *
-sk_prefix_key(const char *part)
+sk_keys_prefixed(const char *part)
 {
 	return psprintf("%s:{%s}:%s", seckill_redis_prefix, seckill_redis_prefix, part);
 }
 
 char *
-sk_campaign_key(int64 campaign_id, const char *part)
+sk_keys_campaign(int64 campaign_id, const char *part)
 {
 	return psprintf("%s:{c:" INT64_FORMAT "}:%s", seckill_redis_prefix, campaign_id, part);
 }
 
 char *
-sk_shard_key(int64 campaign_id, int shard, int nshards, const char *part)
+sk_keys_shard(int64 campaign_id, int shard, int nshards, const char *part)
 {
 	if (nshards <= 1)
-		return sk_campaign_key(campaign_id, part);
+		return sk_keys_campaign(campaign_id, part);
 	return psprintf("%s:{c:" INT64_FORMAT ":%d}:%s", seckill_redis_prefix, campaign_id, shard, part);
 }
 
 /* The same as SQL's (hashtext(user_id)::bigint & 4294967295) % nshards. */
 int
-sk_home_shard(const char *user_id, int nshards)
+sk_keys_home_shard(const char *user_id, int nshards)
 {
 	if (nshards <= 1)
 		return 0;
@@ -44,28 +44,28 @@ sk_home_shard(const char *user_id, int nshards)
 }
 
 int
-sk_shard_stock(int stock, int shard, int nshards)
+sk_keys_shard_stock(int stock, int shard, int nshards)
 {
 	return stock / nshards + (shard < stock % nshards ? 1 : 0);
 }
 
 void
-sk_campaign_keys(int64 id, int shard, int nshards, const char **keys)
+sk_keys_shard_set(int64 id, int shard, int nshards, const char **keys)
 {
-	keys[0] = sk_shard_key(id, shard, nshards, "meta");
-	keys[1] = sk_shard_key(id, shard, nshards, "buyers");
-	keys[2] = sk_shard_key(id, shard, nshards, "journal");
+	keys[0] = sk_keys_shard(id, shard, nshards, "meta");
+	keys[1] = sk_keys_shard(id, shard, nshards, "buyers");
+	keys[2] = sk_keys_shard(id, shard, nshards, "journal");
 }
 
 char *
-sk_lock_key(const char *name)
+sk_keys_lock(const char *name)
 {
 	return psprintf("%s:{lock:%s}", seckill_redis_prefix, name);
 }
 
-/* The lock whose key sk_lock_key() made, NULL for another key. */
+/* The lock whose key sk_keys_lock() made, NULL for another key. */
 char *
-sk_lock_name(const char *key)
+sk_keys_lock_name(const char *key)
 {
 	char	   *head = psprintf("%s:{lock:", seckill_redis_prefix);
 	size_t		len = strlen(key);
@@ -77,7 +77,7 @@ sk_lock_name(const char *key)
 
 /* Where releases are announced, for the waiters of other clusters sharing the Redis. */
 char *
-sk_lock_channel(void)
+sk_keys_lock_channel(void)
 {
 	return psprintf("%s:lock-released", seckill_redis_prefix);
 }

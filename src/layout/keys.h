@@ -23,17 +23,17 @@
 
 #include "seckill.h"
 
-extern char *sk_prefix_key(const char *part);
-extern char *sk_campaign_key(int64 campaign_id, const char *part);
-extern char *sk_shard_key(int64 campaign_id, int shard, int nshards, const char *part);
-extern int	sk_home_shard(const char *user_id, int nshards);
-extern int	sk_shard_stock(int stock, int shard, int nshards);
+extern char *sk_keys_prefixed(const char *part);
+extern char *sk_keys_campaign(int64 campaign_id, const char *part);
+extern char *sk_keys_shard(int64 campaign_id, int shard, int nshards, const char *part);
+extern int	sk_keys_home_shard(const char *user_id, int nshards);
+extern int	sk_keys_shard_stock(int stock, int shard, int nshards);
 
 /* The keys of one shard of a campaign: meta, buyers, journal. */
-extern void sk_campaign_keys(int64 campaign_id, int shard, int nshards, const char **keys);
+extern void sk_keys_shard_set(int64 campaign_id, int shard, int nshards, const char **keys);
 
-extern char *sk_lock_key(const char *name);
-extern char *sk_lock_name(const char *key);
-extern char *sk_lock_channel(void);
+extern char *sk_keys_lock(const char *name);
+extern char *sk_keys_lock_name(const char *key);
+extern char *sk_keys_lock_channel(void);
 
 #endif							/* SECKILL_KEYS_H */

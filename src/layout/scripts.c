@@ -10,7 +10,7 @@
 
 #include "layout/lua_scripts.h"
 
-const char *const sk_script_sources[SK_NSCRIPTS] = {
+const char *const sk_scripts_sources[SK_NSCRIPTS] = {
 	[SK_SCRIPT_BUY] = LUA_BUY,
 	[SK_SCRIPT_COMPENSATE] = LUA_COMPENSATE,
 	[SK_SCRIPT_LOAD] = LUA_LOAD,
@@ -30,7 +30,7 @@ const char *const sk_script_sources[SK_NSCRIPTS] = {
  * SK_LIMIT_ARGS.
  */
 int
-sk_limit_args(const SeckillLimits *l, const char **argv)
+sk_scripts_limit_args(const SeckillLimits *l, const char **argv)
 {
 	int			n = 0;
 

@@ -34,10 +34,10 @@ typedef enum SkScript
 } SkScript;
 
 /* Each script's Lua source, by SkScript. */
-extern const char *const sk_script_sources[SK_NSCRIPTS];
+extern const char *const sk_scripts_sources[SK_NSCRIPTS];
 
 /* The campaign's traffic limits as fields of its hash (lua/buy.lua reads them). */
 #define SK_LIMIT_ARGS 10
-extern int	sk_limit_args(const SeckillLimits *limits, const char **argv);
+extern int	sk_scripts_limit_args(const SeckillLimits *limits, const char **argv);
 
 #endif							/* SECKILL_SCRIPTS_H */

@@ -133,9 +133,9 @@ sk_audit(void)
 		audited = lappend(audited, row);
 		for (int shard = 0; shard < nshards; shard++)
 		{
-			sk_pipeline_add(&p, 6, (const char *[]) {"HMGET", sk_shard_key(row->id, shard, nshards, "meta"),
+			sk_pipeline_add(&p, 6, (const char *[]) {"HMGET", sk_keys_shard(row->id, shard, nshards, "meta"),
 								"stock", "state", "epoch", "stale"}, NULL);
-			sk_pipeline_add(&p, 2, (const char *[]) {"HLEN", sk_shard_key(row->id, shard, nshards, "journal")}, NULL);
+			sk_pipeline_add(&p, 2, (const char *[]) {"HLEN", sk_keys_shard(row->id, shard, nshards, "journal")}, NULL);
 		}
 	}
 	if (audited == NIL)

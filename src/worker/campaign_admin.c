@@ -69,7 +69,7 @@ sk_admin_close(const SeckillRequest *request, SeckillReply *reply)
 	sk_pipeline_init(&p);
 	for (int shard = 0; shard < Max(row.limits.shards, 1); shard++)
 	{
-		sk_campaign_keys(id, shard, Max(row.limits.shards, 1), keys);
+		sk_keys_shard_set(id, shard, Max(row.limits.shards, 1), keys);
 		sk_pipeline_add(&p, 4, (const char *[]) {"HSET", keys[0], "state", "closed"}, NULL);
 		sk_pipeline_add(&p, 3, (const char *[]) {"EXPIRE", keys[0], ttl}, NULL);
 		sk_pipeline_add(&p, 3, (const char *[]) {"EXPIRE", keys[1], ttl}, NULL);
@@ -96,7 +96,7 @@ campaign_status(int64 id, SeckillReply *reply)
 	sk_pipeline_init(&p);
 	for (int shard = 0; shard < nshards; shard++)
 	{
-		sk_campaign_keys(id, shard, nshards, keys);
+		sk_keys_shard_set(id, shard, nshards, keys);
 		sk_pipeline_add(&p, 3, (const char *[]) {"HGET", keys[0], "stock"}, NULL);
 		sk_pipeline_add(&p, 2, (const char *[]) {"SCARD", keys[1]}, NULL);
 		sk_pipeline_add(&p, 2, (const char *[]) {"HLEN", keys[2]}, NULL);
@@ -214,8 +214,8 @@ restock(const SkCancelled *c)
 	sk_pipeline_init(&p);
 	for (int shard = 0; shard < nshards; shard++)
 	{
-		const char *keys[2] = {sk_shard_key(c->campaign_id, shard, nshards, "meta"),
-		sk_shard_key(c->campaign_id, shard, nshards, "buyers")};
+		const char *keys[2] = {sk_keys_shard(c->campaign_id, shard, nshards, "meta"),
+		sk_keys_shard(c->campaign_id, shard, nshards, "buyers")};
 		int			nargs = 3,
 					qty = 0;
 		ListCell   *lu,
@@ -223,7 +223,7 @@ restock(const SkCancelled *c)
 
 		forboth(lu, c->users, lq, c->qtys)
 		{
-			if (sk_home_shard(lfirst(lu), nshards) != shard)
+			if (sk_keys_home_shard(lfirst(lu), nshards) != shard)
 				continue;
 			args[nargs++] = lfirst(lu);
 			qty += lfirst_int(lq);
@@ -366,8 +366,8 @@ sk_admin_restock(const SeckillRequest *request, SeckillReply *reply)
 		/* the worker sells nothing meanwhile: the shards can be evened out */
 		sk_pipeline_init(&p);
 		for (int shard = 0; shard < nshards; shard++)
-			sk_pipeline_add(&p, 4, (const char *[]) {"HSET", sk_shard_key(id, shard, nshards, "meta"),
-							"stock", psprintf("%d", sk_shard_stock(stock, shard, nshards))}, NULL);
+			sk_pipeline_add(&p, 4, (const char *[]) {"HSET", sk_keys_shard(id, shard, nshards, "meta"),
+							"stock", psprintf("%d", sk_keys_shard_stock(stock, shard, nshards))}, NULL);
 		if (sk_pipeline_exec(&p) == NULL)
 		{
 			seckill_reply_error(reply, SK_ERR_REDIS,
@@ -376,7 +376,7 @@ sk_admin_restock(const SeckillRequest *request, SeckillReply *reply)
 			return;
 		}
 		for (int shard = 0; shard < nshards; shard++)
-			seckill_campaign_note_stock(id, shard, sk_shard_stock(stock, shard, nshards));
+			seckill_campaign_note_stock(id, shard, sk_keys_shard_stock(stock, shard, nshards));
 	}
 	reply->status = SK_OK;
 	reply->values[0] = row.total_stock;
@@ -415,8 +415,8 @@ sk_admin_limits(const SeckillRequest *request, SeckillReply *reply)
 		sk_pipeline_init(&p);
 		for (int shard = 0; shard < nshards; shard++)
 		{
-			argv[1] = sk_shard_key(id, shard, nshards, "meta");
-			sk_pipeline_add(&p, 2 + sk_limit_args(&row.limits, &argv[2]), argv, NULL);
+			argv[1] = sk_keys_shard(id, shard, nshards, "meta");
+			sk_pipeline_add(&p, 2 + sk_scripts_limit_args(&row.limits, &argv[2]), argv, NULL);
 		}
 		r = sk_pipeline_exec(&p);
 		for (int shard = 0; r != NULL && shard < nshards; shard++)

@@ -110,9 +110,9 @@ take_over(const char *why, const char *stale)
 
 		for (int shard = 0; shard < nshards; shard++)
 		{
-			sk_pipeline_add(&p, 6, (const char *[]) {"HSET", sk_shard_key(row->id, shard, nshards, "meta"),
+			sk_pipeline_add(&p, 6, (const char *[]) {"HSET", sk_keys_shard(row->id, shard, nshards, "meta"),
 								"epoch", sk_epoch_arg(), "stale", stale}, NULL);
-			sk_pipeline_add(&p, 3, (const char *[]) {"HGET", sk_shard_key(row->id, shard, nshards, "meta"), "stock"}, NULL);
+			sk_pipeline_add(&p, 3, (const char *[]) {"HGET", sk_keys_shard(row->id, shard, nshards, "meta"), "stock"}, NULL);
 		}
 	}
 	if (p.count > 0 && (r = sk_pipeline_exec(&p)) == NULL)
@@ -169,7 +169,7 @@ sk_epoch_check(void)
 {
 	SkPipeline	p;
 	SkReply    *r;
-	const char *keys[2] = {sk_prefix_key("epoch"), sk_prefix_key("master")};
+	const char *keys[2] = {sk_keys_prefixed("epoch"), sk_keys_prefixed("master")};
 	int64		recorded;
 	const char *master;
 	char	   *why = NULL;
@@ -237,7 +237,7 @@ sk_epoch_record_ids(int64 first, int64 last)
 {
 	SkPipeline	p;
 	SkReply    *r;
-	const char *key = sk_prefix_key("order-ids");
+	const char *key = sk_keys_prefixed("order-ids");
 
 	if (!sk_redis_connect())
 		return -1;

@@ -229,7 +229,7 @@ replay_shard(int64 id, int shard, int nshards, int *committed, int *compensated)
 	int64		epoch;
 	const char *reason = "not committed: replayed from the Redis journal";
 
-	sk_campaign_keys(id, shard, nshards, keys);
+	sk_keys_shard_set(id, shard, nshards, keys);
 	sk_pipeline_init(&p);
 	sk_pipeline_add(&p, 2, (const char *[]) {"HGETALL", keys[2]}, NULL);
 	sk_pipeline_add(&p, 4, (const char *[]) {"HMGET", keys[0], "epoch", "stale"}, NULL);
@@ -350,7 +350,7 @@ sk_campaign_served(int64 id)
 	int			nshards = sk_campaign_shards(id);
 
 	for (int shard = 0; shard < nshards; shard++)
-		if (!sk_redis_serves(sk_shard_key(id, shard, nshards, "meta")))
+		if (!sk_redis_serves(sk_keys_shard(id, shard, nshards, "meta")))
 			return false;
 	return true;
 }
@@ -473,7 +473,7 @@ sk_journal_add_settles(SkPipeline *p)
 		if (done[i])
 			continue;
 		argv[argc++] = "HDEL";
-		argv[argc++] = sk_shard_key(settled[i].campaign_id, settled[i].home,
+		argv[argc++] = sk_keys_shard(settled[i].campaign_id, settled[i].home,
 									settled[i].nshards, "journal");
 		for (int j = i; j < nsettled; j++)
 		{
@@ -511,9 +511,9 @@ void
 sk_journal_add_give_back(SkPipeline *p, const SkOrder *order, int shard, bool keep)
 {
 	const char *keys[3] = {
-		sk_shard_key(order->campaign_id, shard, order->nshards, "meta"),
-		sk_shard_key(order->campaign_id, shard, order->nshards, "buyers"),
-		sk_shard_key(order->campaign_id, shard, order->nshards, "journal")
+		sk_keys_shard(order->campaign_id, shard, order->nshards, "meta"),
+		sk_keys_shard(order->campaign_id, shard, order->nshards, "buyers"),
+		sk_keys_shard(order->campaign_id, shard, order->nshards, "journal")
 	};
 	const char *args[3] = {psprintf(INT64_FORMAT, order->id), keep ? "keep" : "drop", sk_epoch_arg()};
 

@@ -123,7 +123,7 @@ static TimestampTz kept_at = 0;
 SkLease *
 sk_lease_take(int64 id, SeckillReply *reply)
 {
-	char	   *key = sk_campaign_key(id, "lock");
+	char	   *key = sk_keys_campaign(id, "lock");
 	char	   *cluster = psprintf(UINT64_FORMAT ":", GetSystemIdentifier());
 	char	   *token = psprintf("%stl%s:%d:" INT64_FORMAT ":" UINT64_FORMAT,
 								 cluster, sk_epoch_arg(), MyProcPid, MyStartTimestamp, ++lock_counter);
@@ -178,7 +178,7 @@ sk_lease_keep(void)
 	args[0] = held->token;
 	args[1] = psprintf("%d", seckill_lock_lease);
 	held->renewed = GetCurrentTimestamp();
-	if (run_one(SK_SCRIPT_RENEW, sk_campaign_key(held->campaign_id, "lock"), 2, args,
+	if (run_one(SK_SCRIPT_RENEW, sk_keys_campaign(held->campaign_id, "lock"), 2, args,
 				&reached, why, sizeof(why)) != SK_LEASE_YES)
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
@@ -213,7 +213,7 @@ sk_lease_give(void)
 
 	held = NULL;
 	/* On failure the lease simply runs out. */
-	(void) run_one(SK_SCRIPT_UNLOCK, sk_campaign_key(lease->campaign_id, "lock"), 1, args,
+	(void) run_one(SK_SCRIPT_UNLOCK, sk_keys_campaign(lease->campaign_id, "lock"), 1, args,
 				   &reached, why, sizeof(why));
 	pfree(lease->token);
 	pfree(lease);

@@ -33,9 +33,9 @@
 static SkScriptCall
 lock_call(SkScript script, const char *name, const char *owner, int lease_ms)
 {
-	SkScriptCall call = {script, sk_lock_key(name), 2, {owner}};
+	SkScriptCall call = {script, sk_keys_lock(name), 2, {owner}};
 
-	call.args[1] = script == SK_SCRIPT_UNLOCK ? sk_lock_channel() : psprintf("%d", lease_ms);
+	call.args[1] = script == SK_SCRIPT_UNLOCK ? sk_keys_lock_channel() : psprintf("%d", lease_ms);
 	return call;
 }
 
@@ -128,7 +128,7 @@ acquire_by_redlock(const SeckillRequest *request, SeckillReply *reply)
 	TimestampTz sent = GetCurrentTimestamp();
 	char		why[SK_MESSAGE_LEN];
 
-	switch (sk_redlock_acquire(SK_SCRIPT_ACQUIRE, SK_SCRIPT_UNLOCK, sk_lock_key(request->lock.name),
+	switch (sk_redlock_acquire(SK_SCRIPT_ACQUIRE, SK_SCRIPT_UNLOCK, sk_keys_lock(request->lock.name),
 							   request->lock.owner, request->lock.lease_ms, why, sizeof(why)))
 	{
 		case REDLOCK_BUSY:
@@ -283,7 +283,7 @@ sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
 void
 sk_lock_released(const char *key)
 {
-	char	   *name = sk_lock_name(key);
+	char	   *name = sk_keys_lock_name(key);
 
 	if (name != NULL)
 		wake_waiters(name);

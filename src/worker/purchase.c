@@ -198,12 +198,12 @@ add_buy(SkPipeline *p, const SeckillRequest *req, const SkOrder *order)
 	int			home = order->home,
 				nshards = order->nshards;
 	const char *keys[6] = {
-		sk_shard_key(id, home, nshards, "meta"),
-		sk_shard_key(id, home, nshards, "buyers"),
-		sk_shard_key(id, home, nshards, "journal"),
-		sk_shard_key(id, home, nshards, psprintf("rate:" INT64_FORMAT ":u:%s", instance, req->user_id)),
-		sk_shard_key(id, home, nshards, psprintf("rate:" INT64_FORMAT ":a:%s", instance, req->client_addr)),
-		sk_shard_key(id, home, nshards, psprintf("token:%s", req->token_nonce))
+		sk_keys_shard(id, home, nshards, "meta"),
+		sk_keys_shard(id, home, nshards, "buyers"),
+		sk_keys_shard(id, home, nshards, "journal"),
+		sk_keys_shard(id, home, nshards, psprintf("rate:" INT64_FORMAT ":u:%s", instance, req->user_id)),
+		sk_keys_shard(id, home, nshards, psprintf("rate:" INT64_FORMAT ":a:%s", instance, req->client_addr)),
+		sk_keys_shard(id, home, nshards, psprintf("token:%s", req->token_nonce))
 	};
 	const char *args[7] = {
 		req->user_id,
@@ -261,8 +261,8 @@ take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccept
 		{
 			SkOrder    *o = &pending[i].order;
 			int			shard = (o->home + step) % o->nshards;
-			const char *keys[2] = {sk_shard_key(o->campaign_id, shard, o->nshards, "meta"),
-			sk_shard_key(o->campaign_id, shard, o->nshards, "journal")};
+			const char *keys[2] = {sk_keys_shard(o->campaign_id, shard, o->nshards, "meta"),
+			sk_keys_shard(o->campaign_id, shard, o->nshards, "journal")};
 			const char *args[4] = {psprintf(INT64_FORMAT, o->id), psprintf("%d", o->qty),
 			o->user_id, sk_epoch_arg()};
 
@@ -571,7 +571,7 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 		o->user_id = req->user_id;
 		o->qty = req->qty;
 		o->nshards = Max(req->shards, 1);
-		o->home = o->stock_shard = sk_home_shard(req->user_id, o->nshards);
+		o->home = o->stock_shard = sk_keys_home_shard(req->user_id, o->nshards);
 		add_buy(&p, req, o);
 	}
 	replies = sk_pipeline_exec_meanwhile(&p, commit_stage);

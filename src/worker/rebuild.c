@@ -250,10 +250,10 @@ restart(Rebuild *r, SeckillReply *reply)
 	for (int shard = 0; shard < r->nshards; shard++)
 	{
 		sk_pipeline_add(&p, 2, (const char *[]) {"DEL",
-						sk_shard_key(r->campaign_id, shard, r->nshards, "staged-buyers")}, NULL);
+						sk_keys_shard(r->campaign_id, shard, r->nshards, "staged-buyers")}, NULL);
 		if (r->draft)
 			sk_pipeline_add(&p, 2, (const char *[]) {"DEL",
-							sk_shard_key(r->campaign_id, shard, r->nshards, "journal")}, NULL);
+							sk_keys_shard(r->campaign_id, shard, r->nshards, "journal")}, NULL);
 	}
 	if (sk_pipeline_exec(&p) == NULL)
 	{
@@ -353,12 +353,12 @@ stage_page(Rebuild *r, SeckillReply *reply)
 		sadd[shard] = palloc(sizeof(char *) * (SADD_USERS + 2));
 	foreach(lc, users)
 	{
-		int			shard = sk_home_shard(lfirst(lc), r->nshards);
+		int			shard = sk_keys_home_shard(lfirst(lc), r->nshards);
 
 		if (nsadd[shard] == 0)
 		{
 			sadd[shard][nsadd[shard]++] = "SADD";
-			sadd[shard][nsadd[shard]++] = sk_shard_key(r->campaign_id, shard, r->nshards, "staged-buyers");
+			sadd[shard][nsadd[shard]++] = sk_keys_shard(r->campaign_id, shard, r->nshards, "staged-buyers");
 		}
 		sadd[shard][nsadd[shard]++] = lfirst(lc);
 		if (nsadd[shard] == SADD_USERS + 2)
@@ -450,16 +450,16 @@ load(Rebuild *r, SeckillReply *reply, bool *again)
 	sk_pipeline_init(&p);
 	for (int shard = 0; shard < r->nshards; shard++)
 	{
-		sk_campaign_keys(r->campaign_id, shard, r->nshards, keys);
-		keys[3] = sk_shard_key(r->campaign_id, shard, r->nshards, "staged-buyers");
-		args[0] = psprintf("%d", sk_shard_stock(stock, shard, r->nshards));
+		sk_keys_shard_set(r->campaign_id, shard, r->nshards, keys);
+		keys[3] = sk_keys_shard(r->campaign_id, shard, r->nshards, "staged-buyers");
+		args[0] = psprintf("%d", sk_keys_shard_stock(stock, shard, r->nshards));
 		args[1] = usec_arg(row.starts_at);
 		args[2] = usec_arg(row.ends_at);
 		args[3] = psprintf("%d", row.per_user_limit);
 		args[4] = "open";
 		args[5] = psprintf(INT64_FORMAT, r->staged[shard]);
 		args[6] = sk_epoch_arg();
-		sk_pipeline_script(&p, SK_SCRIPT_LOAD, 4, keys, 7 + sk_limit_args(&row.limits, &args[7]), args);
+		sk_pipeline_script(&p, SK_SCRIPT_LOAD, 4, keys, 7 + sk_scripts_limit_args(&row.limits, &args[7]), args);
 	}
 	replies = sk_pipeline_exec(&p);
 	if (replies == NULL)
@@ -502,7 +502,7 @@ load(Rebuild *r, SeckillReply *reply, bool *again)
 	}
 	(void) seckill_campaign_store(&row, stock <= 0);
 	for (int shard = 0; shard < r->nshards; shard++)
-		seckill_campaign_note_stock(r->campaign_id, shard, sk_shard_stock(stock, shard, r->nshards));
+		seckill_campaign_note_stock(r->campaign_id, shard, sk_keys_shard_stock(stock, shard, r->nshards));
 	ereport(LOG,
 			(errmsg("seckill worker loaded campaign " INT64_FORMAT " (\"%s\") into Redis in %ld ms: stock %d, " INT64_FORMAT " buyers, %d shard(s)",
 					r->campaign_id, row.goods,
@@ -711,7 +711,7 @@ sk_rebuild_note_cancel(const SkCancelled *c)
 	sk_pipeline_init(&p);
 	foreach(lc, c->users)
 		sk_pipeline_add(&p, 3, (const char *[]) {"SREM",
-						sk_shard_key(c->campaign_id, sk_home_shard(lfirst(lc), r->nshards),
+						sk_keys_shard(c->campaign_id, sk_keys_home_shard(lfirst(lc), r->nshards),
 									 r->nshards, "staged-buyers"), lfirst(lc)}, NULL);
 	replies = sk_pipeline_exec(&p);
 	if (replies == NULL)
@@ -727,7 +727,7 @@ sk_rebuild_note_cancel(const SkCancelled *c)
 		SkReply    *reply = &replies[foreach_current_index(lc)];
 
 		if (!sk_reply_is_error(reply))
-			r->staged[sk_home_shard(lfirst(lc), r->nshards)] -= sk_reply_int(reply);
+			r->staged[sk_keys_home_shard(lfirst(lc), r->nshards)] -= sk_reply_int(reply);
 	}
 	return true;
 }

@@ -483,10 +483,10 @@ seckill_worker_main(Datum main_arg)
 	store_orders_flush();
 	pg_atomic_write_u64(&seckill_shared->orders_lsn, InvalidXLogRecPtr);
 	before_shmem_exit(worker_exit, 0);
-	sk_redis_init(sk_script_sources, SK_NSCRIPTS, sk_prefix_key("epoch"));
+	sk_redis_init(sk_scripts_sources, SK_NSCRIPTS, sk_keys_prefixed("epoch"));
 	/* releases by other clusters sharing the Redis wake our lock waiters */
 	if (!sk_redlock_enabled())
-		sk_pubsub_subscribe(sk_lock_channel(), sk_lock_released);
+		sk_pubsub_subscribe(sk_keys_lock_channel(), sk_lock_released);
 
 	MemoryContextSwitchTo(round_cxt);
 

@@ -69,15 +69,14 @@ seckill_campaign_lookup(const char *goods, SeckillCampaign *out)
 bool
 seckill_campaign_sold_out(int64 id)
 {
-	bool		sold_out = false;
+	SeckillCampaign *c;
+	bool		sold_out;
 
+	if (id == 0)				/* the id of a free entry */
+		return false;
 	LWLockAcquire(seckill_campaign_cache->lock, LW_SHARED);
-	for (int i = 0; i < seckill_max_campaigns; i++)
-		if (seckill_campaigns[i].row.id == id && id != 0)
-		{
-			sold_out = pg_atomic_read_u32(&seckill_campaigns[i].sold_out) != 0;
-			break;
-		}
+	c = seckill_campaign_find(id);
+	sold_out = c != NULL && pg_atomic_read_u32(&c->sold_out) != 0;
 	LWLockRelease(seckill_campaign_cache->lock);
 	return sold_out;
 }

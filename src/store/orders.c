@@ -816,15 +816,14 @@ store_order_fate(int64 campaign_id, const char *user_id, SkOrderFate *fate)
 	Oid			types[2] = {INT8OID, TEXTOID};
 	Datum		args[2] = {Int64GetDatum(campaign_id), CStringGetTextDatum(user_id)};
 	int			level = store_backend_spi_begin();
-	SPIPlanPtr	plan;
+	static SPIPlanPtr plan = NULL;
 	bool		found = false;
 
-	plan = SPI_prepare("SELECT status, id, qty, created_at FROM seckill.orders "
-					   "WHERE campaign_id = $1 AND user_id = $2 "
-					   "ORDER BY status <> 'cancelled' DESC, id DESC LIMIT 1",
-					   2, types);
 	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		plan = store_prepare("SELECT status, id, qty, created_at FROM seckill.orders "
+							 "WHERE campaign_id = $1 AND user_id = $2 "
+							 "ORDER BY status <> 'cancelled' DESC, id DESC LIMIT 1",
+							 2, types);
 	if (SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(), InvalidSnapshot,
 							 true, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "reading seckill.orders failed");

@@ -128,7 +128,7 @@ sk_audit(void)
 		int			nshards = Max(row->limits.shards, 1);
 
 		/* a campaign being rebuilt, or on a Cluster master down, waits for that */
-		if (sk_rebuild_busy(row->id) || !sk_campaign_served(row->id))
+		if (sk_rebuild_busy(row->id) || !sk_journal_campaign_served(row->id))
 			continue;
 		audited = lappend(audited, row);
 		for (int shard = 0; shard < nshards; shard++)

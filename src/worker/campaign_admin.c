@@ -91,7 +91,7 @@ campaign_status(int64 id, SeckillReply *reply)
 	SkReply    *r;
 	const char *keys[3];
 	SeckillCampaign *c = seckill_campaign_find(id);
-	int			nshards = sk_campaign_shards(id);
+	int			nshards = sk_journal_campaign_shards(id);
 
 	sk_pipeline_init(&p);
 	for (int shard = 0; shard < nshards; shard++)
@@ -199,7 +199,7 @@ restock(const SkCancelled *c)
 {
 	SkPipeline	p;
 	SkReply    *r;
-	int			nshards = sk_campaign_shards(c->campaign_id);
+	int			nshards = sk_journal_campaign_shards(c->campaign_id);
 	const char **args = palloc(sizeof(char *) * (3 + list_length(c->users)));
 	int		   *sent = palloc(sizeof(int) * nshards);
 	int		   *sent_qty = palloc(sizeof(int) * nshards);

@@ -179,7 +179,7 @@ sk_journal_has_settles(void)
 
 /* The campaign's stock shards: from the cache, else from PostgreSQL. */
 int
-sk_campaign_shards(int64 id)
+sk_journal_campaign_shards(int64 id)
 {
 	SeckillCampaign *c = seckill_campaign_find(id);
 	SeckillCampaignRow row;
@@ -323,7 +323,7 @@ replay_shard(int64 id, int shard, int nshards, int *committed, int *compensated)
 bool
 sk_journal_replay_campaign(int64 id, int *committed, int *compensated)
 {
-	int			nshards = sk_campaign_shards(id);
+	int			nshards = sk_journal_campaign_shards(id);
 	int			ncommitted = 0,
 				ncompensated = 0;
 
@@ -345,9 +345,9 @@ sk_journal_replay_campaign(int64 id, int *committed, int *compensated)
  * Redis Cluster one may be down; its campaigns wait, nothing can reach them.)
  */
 bool
-sk_campaign_served(int64 id)
+sk_journal_campaign_served(int64 id)
 {
-	int			nshards = sk_campaign_shards(id);
+	int			nshards = sk_journal_campaign_shards(id);
 
 	for (int shard = 0; shard < nshards; shard++)
 		if (!sk_redis_serves(sk_keys_shard(id, shard, nshards, "meta")))
@@ -375,7 +375,7 @@ replay_all(void)
 	{
 		SeckillCampaignRow *row = lfirst(lc);
 
-		if (!sk_campaign_served(row->id))
+		if (!sk_journal_campaign_served(row->id))
 			unreached++;
 		else if (sk_journal_replay_campaign(row->id, NULL, NULL))
 			unblock(row->id);
@@ -510,13 +510,10 @@ sk_journal_flush_settles(void)
 void
 sk_journal_add_give_back(SkPipeline *p, const SkOrder *order, int shard, bool keep)
 {
-	const char *keys[3] = {
-		sk_keys_shard(order->campaign_id, shard, order->nshards, "meta"),
-		sk_keys_shard(order->campaign_id, shard, order->nshards, "buyers"),
-		sk_keys_shard(order->campaign_id, shard, order->nshards, "journal")
-	};
+	const char *keys[3];
 	const char *args[3] = {psprintf(INT64_FORMAT, order->id), keep ? "keep" : "drop", sk_epoch_arg()};
 
+	sk_keys_shard_set(order->campaign_id, shard, order->nshards, keys);
 	sk_pipeline_script(p, SK_SCRIPT_COMPENSATE, 3, keys, 3, args);
 }
 

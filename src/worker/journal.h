@@ -29,7 +29,7 @@ extern long sk_journal_retry_wait(void);
 extern void sk_journal_retry_blocked(void);
 
 /* A campaign's stock shards. */
-extern int	sk_campaign_shards(int64 campaign_id);
-extern bool sk_campaign_served(int64 campaign_id);
+extern int	sk_journal_campaign_shards(int64 campaign_id);
+extern bool sk_journal_campaign_served(int64 campaign_id);
 
 #endif							/* SECKILL_JOURNAL_H */

@@ -11,7 +11,6 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
-#include "redis/redlock.h"
 #include "shared/call.h"
 #include "shared/campaign_cache.h"
 #include "shared/lock_table.h"
@@ -50,7 +49,6 @@ _PG_init(void)
 				 errhint("Add seckill to shared_preload_libraries in postgresql.conf and restart the server.")));
 
 	seckill_define_gucs();
-	sk_redlock_define_gucs();
 	MarkGUCPrefixReserved("seckill");
 	seckill_call_register();
 	seckill_campaign_cache_register();

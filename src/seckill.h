@@ -108,6 +108,7 @@ extern int	seckill_max_locks;
 extern int	seckill_lock_max_hold;
 extern int	seckill_worker_lock_timeout;
 extern int	seckill_worker_statement_timeout;
+extern char *seckill_redlock_nodes;
 
 /* What purchases do while Redis cannot be reached. */
 typedef enum SeckillRedisUnavailable

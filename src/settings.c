@@ -33,12 +33,47 @@ int			seckill_worker_statement_timeout = 10000;
 int			seckill_max_locks = 256;
 int			seckill_lock_max_hold = 3600 * 1000;
 int			seckill_redis_unavailable = SK_UNAVAILABLE_ERROR;
+char	   *seckill_redlock_nodes = NULL;
 
 static const struct config_enum_entry redis_unavailable_modes[] = {
 	{"error", SK_UNAVAILABLE_ERROR, false},
 	{"database", SK_UNAVAILABLE_DATABASE, false},
 	{NULL, 0, false}
 };
+
+/* Check hook of seckill.redlock_nodes: an odd count of host:port, at least 3. */
+static bool
+check_redlock_nodes(char **newval, void **extra, GucSource source)
+{
+	char	   *list;
+	char	   *item;
+	char	   *save;
+	int			n = 0;
+
+	if (*newval == NULL || (*newval)[0] == '\0')
+		return true;
+	list = pstrdup(*newval);
+	for (item = strtok_r(list, ", ", &save); item; item = strtok_r(NULL, ", ", &save))
+	{
+		char	   *colon = strrchr(item, ':');
+		int			port = colon ? atoi(colon + 1) : 0;
+
+		if (colon == NULL || colon == item || port < 1 || port > 65535)
+		{
+			GUC_check_errdetail("\"%s\" is not host:port.", item);
+			pfree(list);
+			return false;
+		}
+		n++;
+	}
+	pfree(list);
+	if (n < 3 || n % 2 == 0)
+	{
+		GUC_check_errdetail("Redlock needs an odd number of nodes, at least 3; %d given.", n);
+		return false;
+	}
+	return true;
+}
 
 #ifdef SECKILL_CRASH_POINTS
 int			seckill_crash_point = SK_CRASH_NONE;
@@ -169,6 +204,11 @@ seckill_define_gucs(void)
 							 "With database, the worker sells from PostgreSQL alone (its constraints arbitrate), and rebuilds every campaign in Redis from PostgreSQL before Redis takes over again.",
 							 &seckill_redis_unavailable, SK_UNAVAILABLE_ERROR, redis_unavailable_modes,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("seckill.redlock_nodes",
+							   "Independent Redis nodes (host:port, comma separated, an odd number, at least 3) that hold the SQL callers' locks by Redlock.",
+							   "Empty: the locks live on seckill.redis_host.  The nodes need no password.  A restart, so that no lock held on the old nodes is taken again on new ones.",
+							   &seckill_redlock_nodes, "",
+							   PGC_POSTMASTER, 0, check_redlock_nodes, NULL, NULL);
 #ifdef SECKILL_CRASH_POINTS
 	DefineCustomEnumVariable("seckill.crash_point",
 							 "Makes the worker stop at a point of a round, for fault tests.",

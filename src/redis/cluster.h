@@ -5,14 +5,14 @@
  *		serves each, and the redirections a master answers with.
  *
  * Only the arithmetic and the parsing: the connections to the masters are
- * redis.c's, which names each by its index in its table of nodes.
+ * conn.c's, which names each by its index in its table of nodes.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef SECKILL_CLUSTER_H
 #define SECKILL_CLUSTER_H
 
-#include "redis/redis.h"
+#include "redis/reply.h"
 
 #define SK_CLUSTER_SLOTS 16384
 

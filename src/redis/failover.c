@@ -1,10 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * failover.c
- *		Is the Redis the worker writes to still the master?  Its role at
- *		connection, the replies that say it is one no longer, and the
- *		sentinels, asked at connection and twice a second after, which master
- *		they name (sentinel.c holds their connection).
+ *		Is the Redis the worker writes to still the master?  The replies
+ *		that say it is one no longer, and the sentinels, asked at connection
+ *		and twice a second after, which master they name (sentinel.c holds
+ *		their connection).  Its role at connection is checked with the rest
+ *		of its handshake (node.c).
  *
  * A failover leaves the old master accepting writes for a while: the worker
  * leaves it as soon as anything says so, and connects to the new one.
@@ -35,14 +36,14 @@ sk_failover_master(char *host, size_t hostlen, int *port)
 	bool		named;
 
 	if (seckill_redis_password_file[0] != '\0')
-		password = sk_redis_read_password();
+		password = sk_conn_read_password();
 	named = sk_sentinel_master(password, host, hostlen, port, why, sizeof(why));
 	if (password)
 		memset(password, 0, strlen(password));
 	if (!named)
 	{
-		sk_redis_set_error("no sentinel of seckill.redis_sentinels named the master \"%s\": %s",
-						   seckill_redis_master_name, why);
+		sk_conn_set_error("no sentinel of seckill.redis_sentinels named the master \"%s\": %s",
+						  seckill_redis_master_name, why);
 		return false;
 	}
 	sentinels_due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), SENTINEL_POLL_MS);
@@ -69,54 +70,12 @@ sk_failover_serving(const SkReply *r, const SkNode *node)
 	for (int c = 0; c < lengthof(codes); c++)
 		if (strncmp(r->str, codes[c][0], strlen(codes[c][0])) == 0)
 		{
-			sk_redis_set_error("Redis at %s:%d answered %s: %s; seckill reconnects%s",
-							   node->host, node->port, codes[c][0], codes[c][1],
-							   sk_sentinel_enabled() ? " to the master the sentinels name" : "");
-			sk_redis_disconnect(NULL);
+			sk_conn_set_error("Redis at %s:%d answered %s: %s; seckill reconnects%s",
+							  node->host, node->port, codes[c][0], codes[c][1],
+							  sk_sentinel_enabled() ? " to the master the sentinels name" : "");
+			sk_conn_disconnect(NULL);
 			return false;
 		}
-	return true;
-}
-
-/*
- * After connecting: is this Redis a master?  A replica would refuse every
- * write, one at a time; say so once, naming its role.  Also learn its
- * run_id (a new one means a new master, or one restarted: worker/epoch.c).
- * ROLE and INFO refused by an ACL are not held against it.
- */
-bool
-sk_failover_check_role(SkNode *node)
-{
-	SkPipeline	p;
-	SkReply		r[2];
-	const char *role;
-
-	sk_pipeline_init(&p);
-	sk_pipeline_add(&p, 1, (const char *[]) {"ROLE"}, NULL);
-	sk_pipeline_add(&p, 2, (const char *[]) {"INFO", "server"}, NULL);
-	if (!sk_pipeline_send_to_node(node, &p, r))
-		return false;
-	role = r[0].type == REDIS_REPLY_ARRAY && r[0].elements > 0 ? r[0].element[0].str : NULL;
-	if (role != NULL && strcmp(role, "master") != 0)
-	{
-		sk_redis_set_error("Redis at %s:%d is a %s, not a master: seckill writes to the master only%s",
-						   node->host, node->port, strcmp(role, "slave") == 0 ? "replica" : role,
-						   sk_sentinel_enabled() ? " (the sentinels named it; it may be changing role)" :
-						   "; point seckill.redis_host at the master, or set seckill.redis_sentinels");
-		sk_redis_disconnect(NULL);
-		return false;
-	}
-	node->run_id[0] = '\0';
-	if (r[1].type == REDIS_REPLY_STRING)
-	{
-		const char *at = strstr(r[1].str, "run_id:");
-
-		if (at != NULL)
-		{
-			at += strlen("run_id:");
-			strlcpy(node->run_id, at, Min(sizeof(node->run_id), strcspn(at, "\r\n") + 1));
-		}
-	}
 	return true;
 }
 
@@ -143,7 +102,7 @@ sk_failover_watch(void)
 		char		error[sizeof(sk_last_error)];
 
 		strlcpy(error, sk_last_error, sizeof(error));
-		password = sk_redis_read_password();
+		password = sk_conn_read_password();
 		strlcpy(sk_last_error, error, sizeof(sk_last_error));
 	}
 	named = sk_sentinel_poll(password, host, sizeof(host), &port, why, sizeof(why));
@@ -152,5 +111,5 @@ sk_failover_watch(void)
 	sentinels_due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 												named ? SENTINEL_POLL_MS : SENTINEL_RETRY_MS);
 	if (named && (strcmp(host, sk_conn_host) != 0 || port != sk_conn_port))
-		sk_redis_disconnect(psprintf("the sentinels name a new master, %s:%d", host, port));
+		sk_conn_disconnect(psprintf("the sentinels name a new master, %s:%d", host, port));
 }

@@ -6,6 +6,10 @@
  *		deadline; commands Redis did not run sent again where it says; the
  *		Lua scripts loaded by SHA and reloaded after NOSCRIPT.
  *
+ * Where a redirection sends a command is topology.c's, handed down by
+ * sk_redis_init (SkRedirectFn); the replies that say a node is a master no
+ * longer are failover.c's, their copies reply.c's.
+ *
  *-------------------------------------------------------------------------
  */
 #include "redis/redis_int.h"
@@ -33,6 +37,9 @@ static char (*script_sha)[41] = NULL;
 static void (*meanwhile) (void) = NULL;
 static TimestampTz meanwhile_took = 0;
 
+/* Where a command that did not run goes next (topology.c's). */
+static SkRedirectFn redirect = NULL;
+
 /* sk_redis_init's scripts: kept, not copied. */
 void
 sk_pipeline_use_scripts(const char *const *scripts, int count)
@@ -40,6 +47,13 @@ sk_pipeline_use_scripts(const char *const *scripts, int count)
 	script_source = scripts;
 	nscripts = count;
 	script_sha = MemoryContextAllocZero(TopMemoryContext, sizeof(*script_sha) * Max(count, 1));
+}
+
+/* Set by sk_redis_init: sk_topology_redirect. */
+void
+sk_pipeline_set_redirect(SkRedirectFn fn)
+{
+	redirect = fn;
 }
 
 /* After an error broke off a round: its work is not done. */
@@ -69,45 +83,19 @@ flush_output(SkNode *node, TimestampTz deadline)
 	while (!done)
 	{
 		if (redisBufferWrite(node->ctx, &done) == REDIS_ERR)
-			return sk_redis_fail(node, "write to Redis failed");
-		if (!done && !sk_redis_wait_socket(node, WL_SOCKET_WRITEABLE, deadline))
+			return sk_conn_fail(node, "write to Redis failed");
+		if (!done && !sk_conn_wait_socket(node, WL_SOCKET_WRITEABLE, deadline))
 		{
 			if (sk_nnodes > 0)
 			{
-				sk_redis_set_error("Redis at %s:%d did not accept the request within seckill.redis_timeout (%d ms)",
-								   node->host, node->port, seckill_redis_timeout);
-				sk_redis_disconnect(NULL);
+				sk_conn_set_error("Redis at %s:%d did not accept the request within seckill.redis_timeout (%d ms)",
+								  node->host, node->port, seckill_redis_timeout);
+				sk_conn_disconnect(NULL);
 			}
 			return false;
 		}
 	}
 	return true;
-}
-
-static void
-copy_reply(SkReply *dst, const redisReply *src)
-{
-	dst->type = src->type;
-	dst->integer = src->integer;
-	dst->str = NULL;
-	dst->len = 0;
-	dst->elements = 0;
-	dst->element = NULL;
-	if (src->type == REDIS_REPLY_STRING || src->type == REDIS_REPLY_STATUS ||
-		src->type == REDIS_REPLY_ERROR)
-	{
-		dst->str = palloc(src->len + 1);
-		memcpy(dst->str, src->str, src->len);
-		dst->str[src->len] = '\0';
-		dst->len = src->len;
-	}
-	else if (src->type == REDIS_REPLY_ARRAY)
-	{
-		dst->elements = src->elements;
-		dst->element = palloc0(sizeof(SkReply) * Max(src->elements, 1));
-		for (size_t i = 0; i < src->elements; i++)
-			copy_reply(&dst->element[i], src->element[i]);
-	}
 }
 
 /*
@@ -136,7 +124,7 @@ read_replies(NodeShare *share, SkReply *out, TimestampTz deadline)
 				int			cmd;
 
 				if (redisGetReplyFromReader(sk_nodes[n].ctx, &raw) == REDIS_ERR)
-					return sk_redis_fail(&sk_nodes[n], "bad reply from Redis");
+					return sk_conn_fail(&sk_nodes[n], "bad reply from Redis");
 				if (raw == NULL)
 				{
 					waiting = &sk_nodes[n];
@@ -144,19 +132,19 @@ read_replies(NodeShare *share, SkReply *out, TimestampTz deadline)
 				}
 				cmd = share[n].cmds[share[n].got++];
 				if (cmd >= 0)
-					copy_reply(&out[cmd], raw);
+					sk_reply_copy(&out[cmd], raw);
 				freeReplyObject(raw);
 			}
 		if (waiting == NULL)
 			return true;
-		if (!sk_redis_wait_socket(NULL, 0, deadline))
+		if (!sk_conn_wait_socket(NULL, 0, deadline))
 		{
 			if (sk_nnodes > 0)
 			{
-				sk_redis_set_error("Redis%s did not answer within seckill.redis_timeout (%d ms)",
-								   sk_nnodes > 1 ? psprintf(" at %s:%d", waiting->host, waiting->port) : "",
-								   seckill_redis_timeout);
-				sk_redis_disconnect(NULL);
+				sk_conn_set_error("Redis%s did not answer within seckill.redis_timeout (%d ms)",
+								  sk_nnodes > 1 ? psprintf(" at %s:%d", waiting->host, waiting->port) : "",
+								  seckill_redis_timeout);
+				sk_conn_disconnect(NULL);
 			}
 			return false;
 		}
@@ -229,7 +217,7 @@ send_to(SkPipeline *p, int n, const int *cmds, const int *to, const bool *asking
 			pfree(buf.data);
 		}
 		if (rc != REDIS_OK)
-			return sk_redis_fail(&sk_nodes[i], "could not queue a Redis command");
+			return sk_conn_fail(&sk_nodes[i], "could not queue a Redis command");
 		sk_in_flight = true;
 	}
 	for (int i = 0; i < sk_nnodes; i++)
@@ -350,8 +338,8 @@ sk_pipeline_load_scripts(SkNode *node)
 	{
 		if (replies[i].type != REDIS_REPLY_STRING || replies[i].len != 40)
 		{
-			sk_redis_set_error("SCRIPT LOAD failed: %s", replies[i].str ? replies[i].str : "unexpected reply");
-			sk_redis_disconnect(NULL);
+			sk_conn_set_error("SCRIPT LOAD failed: %s", replies[i].str ? replies[i].str : "unexpected reply");
+			sk_conn_disconnect(NULL);
 			return false;
 		}
 		memcpy(script_sha[i], replies[i].str, 41);
@@ -413,7 +401,7 @@ sk_pipeline_exec(SkPipeline *p)
 		for (int i = 0; i < p->count; i++)
 		{
 			int			next = sent_to[i] >= 0 ?
-				sk_topology_redirect(&replies[i], sent_to[i], was_asking[i], &asking[n], reload, &pause) : -1;
+				redirect(&replies[i], sent_to[i], was_asking[i], &asking[n], reload, &pause) : -1;
 
 			if (!sk_connected)
 				return NULL;
@@ -478,44 +466,4 @@ const char *
 sk_pipeline_script_source(int script)
 {
 	return script_source[script];
-}
-
-bool
-sk_reply_is_error(const SkReply *r)
-{
-	return r->type == REDIS_REPLY_ERROR;
-}
-
-/*
- * A redirection that still stood after the command was sent again: its slot
- * is moving between masters of a Redis Cluster, and the command did not run.
- */
-bool
-sk_reply_is_moving(const SkReply *r)
-{
-	int			slot,
-				port;
-	char		host[256];
-
-	return sk_cluster_redirect(r, &slot, host, sizeof(host), &port) != SK_REDIRECT_NONE;
-}
-
-/*
- * A Redis Cluster refused the command for want of a master: the one of its
- * slot could not be reached, or the cluster is down.  Nothing ran.
- */
-bool
-sk_reply_is_unreachable(const SkReply *r)
-{
-	return r->type == REDIS_REPLY_ERROR && r->str != NULL && strncmp(r->str, "CLUSTERDOWN", 11) == 0;
-}
-
-long long
-sk_reply_int(const SkReply *r)
-{
-	if (r->type == REDIS_REPLY_INTEGER)
-		return r->integer;
-	if (r->type == REDIS_REPLY_STRING)
-		return strtoll(r->str, NULL, 10);
-	return -1;
 }

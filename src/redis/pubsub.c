@@ -4,6 +4,9 @@
  *		A subscription to one Redis channel, on a connection of its own
  *		next to the worker's, heard in the worker's wait set.
  *
+ * conn.c, which holds the wait set and calls nothing above it, has its
+ * socket added, heard and closed through the hooks sk_redis_init sets.
+ *
  *-------------------------------------------------------------------------
  */
 #include "redis/pubsub.h"
@@ -22,7 +25,7 @@ static int	sub_pos = -1;
 static char *sub_channel = NULL;
 static void (*sub_callback) (const char *message) = NULL;
 
-/* Its socket in the wait set (redis.c), just rebuilt. */
+/* Its socket in the wait set (conn.c), just rebuilt. */
 void
 sk_pubsub_add_event(WaitEventSet *set)
 {
@@ -60,7 +63,7 @@ sk_pubsub_drain(void)
 	if (redisBufferRead(sub_conn) == REDIS_ERR)
 	{
 		sk_pubsub_close(sub_conn->errstr[0] ? sub_conn->errstr : "read failed");
-		sk_redis_rebuild_wait_set();
+		sk_conn_rebuild_wait_set();
 		return;
 	}
 	while (sub_conn != NULL && redisGetReplyFromReader(sub_conn, &raw) == REDIS_OK && raw != NULL)
@@ -74,7 +77,7 @@ sk_pubsub_drain(void)
 
 			freeReplyObject(raw);
 			sk_pubsub_close(why);
-			sk_redis_rebuild_wait_set();
+			sk_conn_rebuild_wait_set();
 			return;
 		}
 		if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
@@ -111,7 +114,7 @@ sk_pubsub_open(void)
 		sub_conn = NULL;
 		return;
 	}
-	if (seckill_redis_password_file[0] != '\0' && (password = sk_redis_read_password()) != NULL)
+	if (seckill_redis_password_file[0] != '\0' && (password = sk_conn_read_password()) != NULL)
 	{
 		int			argc = 0;
 
@@ -160,6 +163,6 @@ sk_pubsub_subscribe(const char *channel, void (*callback) (const char *message))
 	if (sk_connected)
 	{
 		sk_pubsub_open();
-		sk_redis_rebuild_wait_set();
+		sk_conn_rebuild_wait_set();
 	}
 }

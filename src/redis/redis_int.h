@@ -5,14 +5,23 @@
  *		redis/ and by no one else: the table of connections, the state of
  *		the current connection, and the calls the files make of each other.
  *
- * redis.c     connecting, authenticating, the wait set, disconnecting
+ * The files, from the bottom up: each calls only files listed before it;
+ * where a lower one needs an upper one's work, the upper one has handed it
+ * down (SkConnHooks, SkRedirectFn) at sk_redis_init.
+ *
+ * conn.c      the table of connections, the last error, the wait set and
+ *             the waits on the sockets, a connection failing, disconnecting
+ * reply.c     the replies copied out of hiredis, and what they say
+ * failover.c  is the node still the master: its replies, the sentinels
  * pipeline.c  pipelines out to every master and their replies back,
  *             scripts by SHA
+ * node.c      one connection opened: connected, authenticated, its role
+ *             checked and the scripts loaded
  * topology.c  the masters of a Redis Cluster, redirections, and the
  *             masters published to seckill.redis_nodes
- * failover.c  is the node still the master: its role, its replies, the
- *             sentinels
  * pubsub.c    the subscription to one channel
+ * redis.c     the client's entry points (redis.h): connecting, backing
+ *             off, reloading, watching between rounds
  *
  *-------------------------------------------------------------------------
  */
@@ -56,7 +65,33 @@ typedef struct SkKnown
 	char		error[160];		/* why it was not reached; "" when it was */
 } SkKnown;
 
-/* redis.c */
+/*
+ * The work of the files above conn.c that it needs when it drops the
+ * connections, disconnects and waits: handed down by sk_redis_init
+ * (redis.c) before any connection is made, so that conn.c calls nothing
+ * above it.
+ */
+typedef struct SkConnHooks
+{
+	/* the connections are lost: seckill.redis_nodes says so (topology.c) */
+	void		(*unpublish) (void);
+	/* the subscription (pubsub.c): closed with them, heard in the wait set */
+	void		(*subscription_close) (const char *why);
+	void		(*subscription_add_event) (WaitEventSet *set);
+	bool		(*subscription_at) (int pos);
+	void		(*subscription_drain) (void);
+	/* after a disconnection: back off (redis.c) */
+	void		(*disconnected) (void);
+} SkConnHooks;
+
+/*
+ * Where a command that did not run goes next (topology.c's
+ * sk_topology_redirect): set by sk_redis_init, used by sk_pipeline_exec.
+ */
+typedef int (*SkRedirectFn) (const SkReply *r, int sent_to, bool was_asking,
+							 bool *asking, bool *reload, bool *pause);
+
+/* conn.c */
 extern SkNode sk_nodes[SK_MAX_NODES];
 extern int	sk_nnodes;
 extern bool sk_connected;
@@ -68,29 +103,44 @@ extern char sk_run_id[64];
 extern int	sk_handshaking;
 extern bool sk_in_flight;
 extern char *sk_own_key;
+extern SkKnown sk_down[SK_MAX_NODES];
+extern int	sk_ndown;
+extern int	sk_published[SK_MAX_NODES];
 
-extern void sk_redis_set_error(const char *fmt,...) pg_attribute_printf(1, 2);
-extern char *sk_redis_read_password(void);
-extern void sk_redis_rebuild_wait_set(void);
-extern bool sk_redis_wait_socket(SkNode *target, uint32 events, TimestampTz deadline);
-extern bool sk_redis_fail(SkNode *node, const char *what);
-extern int	sk_redis_connect_node(const char *host, int port, bool alone);
-extern bool sk_redis_make_master(SkNode *node);
-extern void sk_redis_connect_failed(void);
+extern void sk_conn_set_hooks(const SkConnHooks *set);
+extern void sk_conn_set_error(const char *fmt,...) pg_attribute_printf(1, 2);
+extern char *sk_conn_read_password(void);
+extern void sk_conn_rebuild_wait_set(void);
+extern void sk_conn_drop(void);
+extern void sk_conn_disconnect(const char *why);
+extern bool sk_conn_wait_socket(SkNode *target, uint32 events, TimestampTz deadline);
+extern bool sk_conn_fail(SkNode *node, const char *what);
+extern bool sk_conn_serves(const char *key);
+extern void sk_conn_wait_idle(long timeout_ms);
+
+/* reply.c */
+extern void sk_reply_copy(SkReply *dst, const redisReply *src);
+
+/* failover.c */
+extern bool sk_failover_master(char *host, size_t hostlen, int *port);
+extern bool sk_failover_serving(const SkReply *r, const SkNode *node);
+extern void sk_failover_watch(void);
 
 /* pipeline.c */
 extern void sk_pipeline_use_scripts(const char *const *scripts, int count);
+extern void sk_pipeline_set_redirect(SkRedirectFn fn);
 extern bool sk_pipeline_load_scripts(SkNode *node);
 extern void sk_pipeline_add_command(SkPipeline *p, int argc, const char **argv, const size_t *lens,
 									int key);
 extern bool sk_pipeline_send_to_node(SkNode *node, SkPipeline *p, SkReply *out);
 extern void sk_pipeline_forget_meanwhile(void);
 
-/* topology.c */
-extern SkKnown sk_down[SK_MAX_NODES];
-extern int	sk_ndown;
-extern int	sk_published[SK_MAX_NODES];
+/* node.c */
+extern int	sk_node_connect(const char *host, int port, bool alone);
+extern void sk_node_connect_failed(void);
+extern bool sk_node_make_master(SkNode *node);
 
+/* topology.c */
 extern bool sk_topology_connect(void);
 extern void sk_topology_forget(void);
 extern void sk_topology_report(void);
@@ -99,12 +149,6 @@ extern void sk_topology_unpublish(void);
 extern int	sk_topology_redirect(const SkReply *r, int sent_to, bool was_asking,
 								 bool *asking, bool *reload, bool *pause);
 extern void sk_topology_watch(void);
-
-/* failover.c */
-extern bool sk_failover_master(char *host, size_t hostlen, int *port);
-extern bool sk_failover_check_role(SkNode *node);
-extern bool sk_failover_serving(const SkReply *r, const SkNode *node);
-extern void sk_failover_watch(void);
 
 /* pubsub.c */
 extern void sk_pubsub_open(void);

@@ -29,8 +29,6 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-char	   *seckill_redlock_nodes = NULL;
-
 typedef struct RedlockNode
 {
 	char		host[256];
@@ -96,40 +94,6 @@ bool
 sk_redlock_enabled(void)
 {
 	return seckill_redlock_nodes != NULL && seckill_redlock_nodes[0] != '\0';
-}
-
-/* Check hook of seckill.redlock_nodes: an odd count of host:port, at least 3. */
-static bool
-redlock_check_nodes(char **newval, void **extra, GucSource source)
-{
-	char	   *list;
-	char	   *item;
-	char	   *save;
-	int			n = 0;
-
-	if (*newval == NULL || (*newval)[0] == '\0')
-		return true;
-	list = pstrdup(*newval);
-	for (item = strtok_r(list, ", ", &save); item; item = strtok_r(NULL, ", ", &save))
-	{
-		char	   *colon = strrchr(item, ':');
-		int			port = colon ? atoi(colon + 1) : 0;
-
-		if (colon == NULL || colon == item || port < 1 || port > 65535)
-		{
-			GUC_check_errdetail("\"%s\" is not host:port.", item);
-			pfree(list);
-			return false;
-		}
-		n++;
-	}
-	pfree(list);
-	if (n < 3 || n % 2 == 0)
-	{
-		GUC_check_errdetail("Redlock needs an odd number of nodes, at least 3; %d given.", n);
-		return false;
-	}
-	return true;
 }
 
 /* Connect (without waiting) unless connected or in a backoff; false when unusable now. */
@@ -389,15 +353,4 @@ sk_redlock_batch(const SkScriptCall *commands, int ncommands, int *result)
 	call_all(commands, ncommands, yes, answered);
 	for (int c = 0; c < ncommands; c++)
 		result[c] = yes[c] >= quorum() ? 1 : answered[c] >= quorum() ? 0 : -1;
-}
-
-/* seckill.redlock_nodes, defined here with the check of its value. */
-void
-sk_redlock_define_gucs(void)
-{
-	DefineCustomStringVariable("seckill.redlock_nodes",
-							   "Independent Redis nodes (host:port, comma separated, an odd number, at least 3) that hold the SQL callers' locks by Redlock.",
-							   "Empty: the locks live on seckill.redis_host.  The nodes need no password.  A restart, so that no lock held on the old nodes is taken again on new ones.",
-							   &seckill_redlock_nodes, "",
-							   PGC_POSTMASTER, 0, redlock_check_nodes, NULL, NULL);
 }

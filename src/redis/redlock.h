@@ -11,8 +11,6 @@
 
 #include "redis/redis.h"
 
-#include "utils/guc.h"
-
 typedef enum SkRedlockResult
 {
 	REDLOCK_ACQUIRED,
@@ -20,11 +18,8 @@ typedef enum SkRedlockResult
 	REDLOCK_FAILED				/* too few nodes answered */
 } SkRedlockResult;
 
-extern char *seckill_redlock_nodes;
-
 extern bool sk_redlock_enabled(void);
 extern void sk_redlock_abandon(void);
-extern void sk_redlock_define_gucs(void);
 extern SkRedlockResult sk_redlock_acquire(int acquire, int release, const char *key,
 										  const char *owner, int lease_ms,
 										  char *why, size_t whylen);

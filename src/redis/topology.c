@@ -7,7 +7,9 @@
  *		masters and their slots as seckill.redis_nodes shows them.
  *
  * The slot arithmetic, the map and the parsing of redirections are
- * cluster.c's; the connections themselves redis.c's.
+ * cluster.c's; the table of connections conn.c's, their opening node.c's.
+ * sk_redis_init hands sk_topology_redirect to pipeline.c and
+ * sk_topology_unpublish to conn.c, which call nothing above them.
  *
  *-------------------------------------------------------------------------
  */
@@ -28,17 +30,12 @@ static SkKnown known[SK_MAX_NODES];
 static int	nknown = 0;
 
 /*
- * The masters CLUSTER SLOTS named that could not be reached at this
- * connection: their slots are left unserved, the others sell on.  Watched
- * once a second (sk_redis_watch) for their return or their replacement.
+ * When the masters CLUSTER SLOTS named that could not be reached at this
+ * connection (sk_down, conn.c's) are next watched for their return or their
+ * replacement: once a second (sk_redis_watch).
  */
-SkKnown		sk_down[SK_MAX_NODES];
-int			sk_ndown = 0;
 static TimestampTz down_due = 0;
 #define DOWN_POLL_MS 1000
-
-/* Each node's entry in seckill.redis_nodes (shared/redis_nodes.h); -1: none. */
-int			sk_published[SK_MAX_NODES];
 
 /* A new seed: the masters known from the last one are not its. */
 void
@@ -211,16 +208,16 @@ sk_topology_redirect(const SkReply *r, int sent_to, bool was_asking,
 	if (r->str[0] == 'A' && is_down(host, port))
 	{
 		/* its journals are replayed before anything else goes there */
-		sk_redis_disconnect(psprintf("slot %d is moving to %s:%d, a master seckill could not reach: "
-									 "it reconnects to the cluster", slot, host, port));
+		sk_conn_disconnect(psprintf("slot %d is moving to %s:%d, a master seckill could not reach: "
+									"it reconnects to the cluster", slot, host, port));
 		return -1;
 	}
 	if (r->str[0] == 'M' && !known_master(host, port))
 	{
 		/* the campaigns are rebuilt for the new set of masters (worker/epoch.c) */
-		sk_redis_disconnect(psprintf("slot %d moved to %s:%d, a master seckill did not know (a failover, "
-									 "or a node added): it reconnects to the cluster's new masters",
-									 slot, host, port));
+		sk_conn_disconnect(psprintf("slot %d moved to %s:%d, a master seckill did not know (a failover, "
+									"or a node added): it reconnects to the cluster's new masters",
+									slot, host, port));
 		return -1;
 	}
 	node = node_index(host, port);
@@ -308,8 +305,8 @@ sk_topology_watch(void)
 	if (m == sk_nnodes || !sk_pipeline_send_to_node(&sk_nodes[m], &p, &r) || r.type != REDIS_REPLY_STRING)
 		return;
 	if (up_for_unserved(r.str, addr, sizeof(addr)))
-		sk_redis_disconnect(psprintf("%s serves slots of the Redis Cluster whose master seckill could not "
-									 "reach: it reconnects", addr));
+		sk_conn_disconnect(psprintf("%s serves slots of the Redis Cluster whose master seckill could not "
+									"reach: it reconnects", addr));
 }
 
 /*
@@ -325,9 +322,9 @@ node_index(const char *host, int port)
 	for (i = 0; i < sk_nnodes; i++)
 		if (sk_nodes[i].port == port && strcmp(sk_nodes[i].host, host) == 0)
 			break;
-	if (i == sk_nnodes && (i = sk_redis_connect_node(host, port, false)) < 0)
+	if (i == sk_nnodes && (i = sk_node_connect(host, port, false)) < 0)
 		return -1;
-	return sk_redis_make_master(&sk_nodes[i]) ? i : -1;
+	return sk_node_make_master(&sk_nodes[i]) ? i : -1;
 }
 
 /*
@@ -347,18 +344,18 @@ reach_master(const char *host, int port)
 		if (sk_nodes[i].port == port && strcmp(sk_nodes[i].host, host) == 0)
 			break;
 	if (i < sk_nnodes)
-		return sk_redis_make_master(&sk_nodes[i]) ? i : SK_NODE_GONE;
+		return sk_node_make_master(&sk_nodes[i]) ? i : SK_NODE_GONE;
 	/* a reply naming more masters than there is room for is refused, not trusted */
 	if (sk_nnodes + sk_ndown >= SK_MAX_NODES)
 	{
-		sk_redis_set_error("the Redis Cluster names more than %d masters, more than seckill connects to",
-						   SK_MAX_NODES);
-		sk_redis_connect_failed();
+		sk_conn_set_error("the Redis Cluster names more than %d masters, more than seckill connects to",
+						  SK_MAX_NODES);
+		sk_node_connect_failed();
 		return SK_NODE_GONE;
 	}
 	sk_handshaking = sk_nnodes;
-	i = sk_redis_connect_node(host, port, true);
-	if (i >= 0 && !sk_redis_make_master(&sk_nodes[i]))
+	i = sk_node_connect(host, port, true);
+	if (i >= 0 && !sk_node_make_master(&sk_nodes[i]))
 		i = -1;
 	sk_handshaking = -1;
 	if (i >= 0)
@@ -464,7 +461,7 @@ sk_topology_connect(void)
 	{
 		if (i >= 0 && known[i].port == sk_conn_port && strcmp(known[i].host, sk_conn_host) == 0)
 			continue;
-		if (sk_redis_connect_node(i < 0 ? sk_conn_host : known[i].host, i < 0 ? sk_conn_port : known[i].port, false) == 0)
+		if (sk_node_connect(i < 0 ? sk_conn_host : known[i].host, i < 0 ? sk_conn_port : known[i].port, false) == 0)
 		{
 			sk_pipeline_init(&p);
 			sk_pipeline_add_command(&p, 2, (const char *[]) {"CLUSTER", "SLOTS"}, NULL, 2);
@@ -476,40 +473,40 @@ sk_topology_connect(void)
 	}
 	if (i == nknown)
 	{
-		sk_redis_set_error("%s%s", seed_error, nknown > 0 ? ", nor any other master it knew" : "");
+		sk_conn_set_error("%s%s", seed_error, nknown > 0 ? ", nor any other master it knew" : "");
 		return false;
 	}
 	if (slots.type == REDIS_REPLY_ERROR)
 	{
-		sk_redis_set_error("Redis at %s:%d answered CLUSTER SLOTS with \"%s\": it is no Redis Cluster node; "
-						   "set seckill.redis_cluster = off, or point seckill.redis_host at a node of the cluster",
-						   sk_conn_host, sk_conn_port, slots.str);
+		sk_conn_set_error("Redis at %s:%d answered CLUSTER SLOTS with \"%s\": it is no Redis Cluster node; "
+						  "set seckill.redis_cluster = off, or point seckill.redis_host at a node of the cluster",
+						  sk_conn_host, sk_conn_port, slots.str);
 		return false;
 	}
 	if (!sk_cluster_map_load(&slots, sk_nodes[0].host, reach_master, why, sizeof(why)))
 	{
 		if (sk_nnodes > 0)
-			sk_redis_set_error("%s", why);
+			sk_conn_set_error("%s", why);
 		return false;
 	}
 	if (slots.elements == 0)
 	{
-		sk_redis_set_error("Redis at %s:%d serves no slot (CLUSTER SLOTS is empty): the cluster is not created yet",
-						   sk_nodes[0].host, sk_nodes[0].port);
+		sk_conn_set_error("Redis at %s:%d serves no slot (CLUSTER SLOTS is empty): the cluster is not created yet",
+						  sk_nodes[0].host, sk_nodes[0].port);
 		return false;
 	}
 	for (i = 0; i < sk_nnodes && !sk_nodes[i].master; i++)
 		;
 	if (i == sk_nnodes)
 	{
-		sk_redis_set_error("no master of the Redis Cluster could be reached: %s", sk_ndown > 0 ? sk_down[0].error : sk_last_error);
+		sk_conn_set_error("no master of the Redis Cluster could be reached: %s", sk_ndown > 0 ? sk_down[0].error : sk_last_error);
 		return false;
 	}
 	/* the epoch, the master's identity and the order ids: without them nothing sells */
-	if (!sk_redis_serves(sk_own_key))
+	if (!sk_conn_serves(sk_own_key))
 	{
-		sk_redis_set_error("the master of seckill's own keys (%s) cannot be reached: %s",
-						   sk_own_key, sk_ndown > 0 ? sk_down[0].error : sk_last_error);
+		sk_conn_set_error("the master of seckill's own keys (%s) cannot be reached: %s",
+						  sk_own_key, sk_ndown > 0 ? sk_down[0].error : sk_last_error);
 		return false;
 	}
 	cluster_run_id();

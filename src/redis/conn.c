@@ -1,0 +1,285 @@
+/*-------------------------------------------------------------------------
+ *
+ * conn.c
+ *		The connections of the worker's Redis client, and what every other
+ *		file of redis/ does with them: the last error, the wait set and the
+ *		waits on the sockets, a connection failing, disconnecting, dropping
+ *		them all.
+ *
+ * It calls nothing of redis/ above it: what dropping the connections means
+ * to the files above (seckill.redis_nodes, the subscription, the backoff)
+ * and the subscription's socket in the wait set reach it as the hooks
+ * sk_redis_init sets (SkConnHooks).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "redis/redis_int.h"
+
+#include <sys/stat.h>
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/fd.h"
+#include "utils/memutils.h"
+
+#include "redis/cluster.h"
+
+/*
+ * The index of the master being connected to while the worker connects to
+ * a Redis Cluster, -1 otherwise: its failure (a master dying as the worker
+ * reaches it) closes only it, and it is noted down.
+ */
+int			sk_handshaking = -1;
+
+/* The connections (redis_int.h); connected when all of them are. */
+SkNode		sk_nodes[SK_MAX_NODES];
+int			sk_nnodes = 0;
+bool		sk_connected = false;
+bool		sk_conn_cluster = false;
+
+char	   *sk_own_key = NULL;	/* sk_redis_init's */
+char		sk_last_error[256] = "not connected yet";
+
+/*
+ * The address the connection was made to (the sentinels' master, when they
+ * are set), as redis.c remembered it with the other settings.
+ */
+char	   *sk_conn_host = NULL;
+int			sk_conn_port = 0;
+
+/*
+ * The master's run_id at connection; in a Redis Cluster a digest of the
+ * masters' (a new master in any of them changes it).
+ */
+char		sk_run_id[64] = "";
+
+/* A pipeline is out and its replies not all read: the connection is mid-request. */
+bool		sk_in_flight = false;
+
+/*
+ * The masters CLUSTER SLOTS named that could not be reached at this
+ * connection: their slots are left unserved, the others sell on.  Watched
+ * once a second (sk_redis_watch) for their return or their replacement
+ * (topology.c).
+ */
+SkKnown		sk_down[SK_MAX_NODES];
+int			sk_ndown = 0;
+
+/* Each node's entry in seckill.redis_nodes (shared/redis_nodes.h); -1: none. */
+int			sk_published[SK_MAX_NODES];
+
+/* latch, postmaster death, and the sockets when connected */
+static WaitEventSet *wait_set = NULL;
+
+/* the files above (sk_redis_init) */
+static SkConnHooks hooks;
+
+void
+sk_conn_set_hooks(const SkConnHooks *set)
+{
+	hooks = *set;
+}
+
+void
+sk_conn_rebuild_wait_set(void)
+{
+	if (wait_set)
+		FreeWaitEventSet(wait_set);
+	/* latch, postmaster death, the connections and the subscription */
+	wait_set = CreateWaitEventSet(TopMemoryContext, 3 + sk_nnodes);
+	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	for (int i = 0; i < sk_nnodes; i++)
+		sk_nodes[i].pos = AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, sk_nodes[i].ctx->fd, NULL, NULL);
+	hooks.subscription_add_event(wait_set);
+}
+
+void
+sk_conn_set_error(const char *fmt,...)
+{
+	va_list		ap;
+
+	va_start(ap, fmt);
+	vsnprintf(sk_last_error, sizeof(sk_last_error), fmt, ap);
+	va_end(ap);
+}
+
+/* Close every connection, saying nothing. */
+void
+sk_conn_drop(void)
+{
+	for (int i = 0; i < sk_nnodes; i++)
+		redisFree(sk_nodes[i].ctx);
+	if (sk_connected)
+		hooks.unpublish();
+	sk_nnodes = 0;
+	sk_ndown = 0;
+	sk_connected = false;
+	sk_in_flight = false;
+	sk_cluster_map_reset();
+	hooks.subscription_close(NULL);
+	sk_conn_rebuild_wait_set();
+}
+
+/*
+ * Close the connections, why (when given) the error, and say so; the one
+ * to a master of a Redis Cluster being reached alone goes alone, quietly.
+ */
+void
+sk_conn_disconnect(const char *why)
+{
+	if (sk_nnodes == 0)
+		return;
+	if (why)
+		sk_conn_set_error("%s", why);
+	if (sk_handshaking >= 0 && sk_handshaking == sk_nnodes - 1)
+	{
+		redisFree(sk_nodes[--sk_nnodes].ctx);
+		sk_handshaking = -1;
+		sk_in_flight = false;
+		sk_conn_rebuild_wait_set();
+		return;
+	}
+	ereport(LOG,
+			(errmsg("seckill worker disconnected from Redis%s at %s:%d: %s",
+					sk_conn_cluster ? " Cluster" : "", sk_conn_host, sk_conn_port, sk_last_error)));
+	sk_conn_drop();
+	hooks.disconnected();
+}
+
+static SkNode *
+node_at(int pos)
+{
+	for (int i = 0; i < sk_nnodes; i++)
+		if (sk_nodes[i].pos == pos)
+			return &sk_nodes[i];
+	return NULL;
+}
+
+bool
+sk_conn_fail(SkNode *node, const char *what)
+{
+	sk_conn_set_error("%s (%s:%d): %s", what, node->host, node->port,
+					  node->ctx->errstr[0] ? node->ctx->errstr : "connection lost");
+	/* another than the master being reached: all go */
+	if (sk_handshaking >= 0 && node != &sk_nodes[sk_handshaking])
+		sk_handshaking = -1;
+	sk_conn_disconnect(NULL);
+	return false;
+}
+
+/*
+ * Wait until target's socket is ready for `events`, or with no target until
+ * any connection had data, read into its buffer; false at the deadline, or
+ * when a connection failed (then all are closed).  Data for the other
+ * connections is read as it comes, so that all masters answer at once.  The
+ * latch is reset when it wakes us: the caller re-checks the queue after its
+ * round anyway.  Interrupts (SIGTERM) are served here.
+ */
+bool
+sk_conn_wait_socket(SkNode *target, uint32 events, TimestampTz deadline)
+{
+	WaitEvent	ev;
+	bool		ready = false;
+
+	if (target)
+		ModifyWaitEvent(wait_set, target->pos, events, NULL);
+	while (!ready)
+	{
+		long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		SkNode	   *node;
+
+		if (ms <= 0)
+			break;
+		if (WaitEventSetWait(wait_set, ms, &ev, 1, PG_WAIT_EXTENSION) == 0)
+			continue;
+		if (ev.events & WL_LATCH_SET)
+		{
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			continue;
+		}
+		if (hooks.subscription_at(ev.pos))
+		{
+			hooks.subscription_drain();
+			if (!hooks.subscription_at(ev.pos) && target)
+				ModifyWaitEvent(wait_set, target->pos, events, NULL);
+			continue;
+		}
+		node = node_at(ev.pos);
+		if (node == NULL)
+			continue;
+		if (node == target && (ev.events & events))
+			ready = true;
+		else if (ev.events & WL_SOCKET_READABLE)
+		{
+			if (redisBufferRead(node->ctx) == REDIS_ERR)
+				return sk_conn_fail(node, "read from Redis failed");
+			ready = target == NULL;
+		}
+	}
+	if (target && events != WL_SOCKET_READABLE)
+		ModifyWaitEvent(wait_set, target->pos, WL_SOCKET_READABLE, NULL);
+	return ready;
+}
+
+/* Is the master of the key's slot connected?  (Off a cluster, there is one.) */
+bool
+sk_conn_serves(const char *key)
+{
+	return !sk_conn_cluster || sk_cluster_node_of(sk_cluster_key_slot(key, strlen(key))) >= 0;
+}
+
+/* The first line of the password file; NULL (and the error set) when unusable. */
+char *
+sk_conn_read_password(void)
+{
+	FILE	   *f;
+	struct stat st;
+	char		line[1024];
+	size_t		len;
+
+	f = AllocateFile(seckill_redis_password_file, "r");
+	if (f == NULL)
+	{
+		/* the messages reach application roles: the setting, not its value */
+		sk_conn_set_error("could not open the file named by seckill.redis_password_file: %m");
+		return NULL;
+	}
+	if (fstat(fileno(f), &st) != 0 || (st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
+	{
+		FreeFile(f);
+		sk_conn_set_error("the file named by seckill.redis_password_file must be readable by its owner only (chmod 600)");
+		return NULL;
+	}
+	if (fgets(line, sizeof(line), f) == NULL)
+		line[0] = '\0';
+	FreeFile(f);
+	len = strcspn(line, "\r\n");
+	line[len] = '\0';
+	return pstrdup(line);
+}
+
+/*
+ * Sleep until the latch is set or the timeout passes.  An idle connection
+ * that turns readable has been closed by Redis (it sends nothing unasked):
+ * notice it now rather than at the next purchase.
+ */
+void
+sk_conn_wait_idle(long timeout_ms)
+{
+	WaitEvent	ev;
+	SkNode	   *node;
+
+	if (WaitEventSetWait(wait_set, timeout_ms, &ev, 1, PG_WAIT_EXTENSION) != 1)
+		return;
+	if (ev.events & WL_LATCH_SET)
+		ResetLatch(MyLatch);
+	else if (hooks.subscription_at(ev.pos))
+		hooks.subscription_drain();
+	else if ((ev.events & WL_SOCKET_READABLE) && (node = node_at(ev.pos)) != NULL)
+	{
+		if (redisBufferRead(node->ctx) == REDIS_ERR)
+			sk_conn_fail(node, "Redis closed the connection");
+	}
+}

@@ -12,6 +12,8 @@
 # storefront reads, while 4 more clients buy from row 4's campaign all along:
 #   1s SELECT 1
 #   1f SELECT ... FROM seckill.storefront WHERE goods = row 4's campaign
+#   1g SELECT ... FROM seckill_storefront(row 4's campaign)
+#   1j SELECT seckill_storefront_json(row 4's campaign)
 # and the cost of each traffic feature, as row 4 on a campaign with it:
 #   4r rate limits per user and per address (generous: every call passes both buckets)
 #   4t one-time tokens (each call issues its token with seckill_token, then buys with it)
@@ -105,6 +107,12 @@ SELECT 1;
 SQL
 cat >"$work/storefront.sql" <<SQL
 SELECT state, starts_in, remaining FROM seckill.storefront WHERE goods = '$big';
+SQL
+cat >"$work/storefront_fn.sql" <<SQL
+SELECT state, starts_in, remaining FROM seckill_storefront('$big');
+SQL
+cat >"$work/storefront_json.sql" <<SQL
+SELECT seckill_storefront_json('$big');
 SQL
 cat >"$work/naive.sql" <<'SQL'
 \set u random(1, 1000000000000000000)
@@ -208,13 +216,15 @@ for c in $clients; do
 	cell 5 on "$c" soldout.sql
 done
 read -r p1 r1 t1 c1 <<<"$(counters)"
-# storefront reads while a sale runs: 4 buyers all along both cells
-pgbench -n -M prepared -c 4 -j 1 -T $((2 * seconds * $(echo "$clients" | wc -w) + 60)) -f "$work/buy.sql" \
+# storefront reads while a sale runs: 4 buyers all along the four cells
+pgbench -n -M prepared -c 4 -j 1 -T $((4 * seconds * $(echo "$clients" | wc -w) + 60)) -f "$work/buy.sql" \
 	>"$work/sale.out" 2>&1 &
 sale=$!
 for c in $clients; do
 	cell 1s on "$c" select1.sql
 	cell 1f on "$c" storefront.sql
+	cell 1g on "$c" storefront_fn.sql
+	cell 1j on "$c" storefront_json.sql
 done
 kill -INT "$sale" 2>/dev/null
 wait "$sale" || true
@@ -375,7 +385,7 @@ purchases=$((p1 - p0))
 	echo
 	echo "| row | read | clients | calls/s | p50 ms | p99 ms | × row 1s |"
 	echo "|---|---|---:|---:|---:|---:|---:|"
-	table "1s 1f" "SELECT 1;seckill.storefront" "1s" 0
+	table "1s 1f 1g 1j" "SELECT 1;seckill.storefront;seckill_storefront();seckill_storefront_json()" "1s" 0
 	echo
 	echo "What each traffic feature costs a purchase (row 4 on a campaign with it):"
 	echo
@@ -460,7 +470,7 @@ awk '
 			target("row 5 >= 0.9x row 1 at 32 clients (" sprintf("%.2fx", t["5 on 32"] / t["1 on 32"]) ")", t["5 on 32"] >= 0.9 * t["1 on 32"])
 			target("row 4r >= 0.9x row 4 at 32 clients (" sprintf("%.2fx", t["4r on 32"] / t["4 on 32"]) ")", t["4r on 32"] >= 0.9 * t["4 on 32"])
 			target("row 4t >= 0.9x row 4 at 32 clients (" sprintf("%.2fx", t["4t on 32"] / t["4 on 32"]) ")", t["4t on 32"] >= 0.9 * t["4 on 32"])
-			target("row 1f >= 0.9x row 1s at 32 clients (" sprintf("%.2fx", t["1f on 32"] / t["1s on 32"]) ")", t["1f on 32"] >= 0.9 * t["1s on 32"])
+			target("row 1j >= 0.9x row 1s at 32 clients (" sprintf("%.2fx", t["1j on 32"] / t["1s on 32"]) ")", t["1j on 32"] >= 0.9 * t["1s on 32"])
 		}
 		if (("4 on 128") in t)
 			target("row 4 >= 15x row 2 at 128 clients (" sprintf("%.1fx", t["4 on 128"] / t["2 on 128"]) ")", t["4 on 128"] >= 15 * t["2 on 128"])

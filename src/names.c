@@ -2,7 +2,8 @@
  *
  * names.c
  *		Names and conversions every part of seckill shares: the statuses'
- *		names, the installed SQL's version, timestamps for Redis.
+ *		names, the installed extension's version and owner, timestamps for
+ *		Redis.
  *
  *-------------------------------------------------------------------------
  */
@@ -13,6 +14,7 @@
 #include "access/table.h"
 #include "catalog/pg_extension.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/rel.h"
 
@@ -41,15 +43,19 @@ seckill_status_name(SeckillStatus status)
 	return status_names[status];
 }
 
-/* The version of the seckill extension installed in this database, or NULL. */
-char *
-seckill_installed_version(void)
+/*
+ * A column of the seckill extension's row in pg_extension, copied into the
+ * current memory context; false when it is not installed or the column is
+ * null.
+ */
+static bool
+extension_column(AttrNumber attnum, Datum *value)
 {
 	Relation	rel = table_open(ExtensionRelationId, AccessShareLock);
 	ScanKeyData key;
 	SysScanDesc scan;
 	HeapTuple	tup;
-	char	   *version = NULL;
+	bool		isnull = true;
 
 	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
 				CStringGetDatum("seckill"));
@@ -57,15 +63,37 @@ seckill_installed_version(void)
 	tup = systable_getnext(scan);
 	if (HeapTupleIsValid(tup))
 	{
-		bool		isnull;
-		Datum		d = heap_getattr(tup, Anum_pg_extension_extversion, RelationGetDescr(rel), &isnull);
+		Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), attnum - 1);
 
+		*value = heap_getattr(tup, attnum, RelationGetDescr(rel), &isnull);
 		if (!isnull)
-			version = text_to_cstring(DatumGetTextPP(d));
+			*value = datumCopy(*value, att->attbyval, att->attlen);
 	}
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
-	return version;
+	return !isnull;
+}
+
+/* The version of the seckill extension installed in this database, or NULL. */
+char *
+seckill_installed_version(void)
+{
+	Datum		version;
+
+	if (!extension_column(Anum_pg_extension_extversion, &version))
+		return NULL;
+	return text_to_cstring(DatumGetTextPP(version));
+}
+
+/* The owner of the seckill extension in this database; InvalidOid: none. */
+Oid
+seckill_extension_owner(void)
+{
+	Datum		owner;
+
+	if (!extension_column(Anum_pg_extension_extowner, &owner))
+		return InvalidOid;
+	return DatumGetObjectId(owner);
 }
 
 int64

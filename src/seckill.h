@@ -22,7 +22,7 @@
 #include "datatype/timestamp.h"
 
 /* The version of the extension's SQL objects this library works with. */
-#define SECKILL_SQL_VERSION "1.9"
+#define SECKILL_SQL_VERSION "1.10"
 
 /* Documented limits of ids, in bytes. */
 #define SECKILL_MAX_USER_LEN	128
@@ -145,6 +145,7 @@ extern void seckill_crash_if(SeckillCrashPoint point);
 extern void seckill_define_gucs(void);
 
 extern char *seckill_installed_version(void);
+extern Oid	seckill_extension_owner(void);
 
 /* Timestamps travel to Redis as microseconds since the Unix epoch. */
 extern int64 seckill_unix_usec(TimestampTz ts);

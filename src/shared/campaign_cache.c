@@ -14,6 +14,15 @@
 
 SeckillCampaignCache *seckill_campaign_cache = NULL;
 
+/* The bits of a campaign's shards in empty_shards and known_shards. */
+static uint64
+all_shards(const SeckillCampaign *c)
+{
+	int			nshards = Max(c->row.limits.shards, 1);
+
+	return nshards == 64 ? ~UINT64CONST(0) : (UINT64CONST(1) << nshards) - 1;
+}
+
 static Size
 cache_size(void)
 {
@@ -81,6 +90,43 @@ seckill_campaign_sold_out(int64 id)
 	return sold_out;
 }
 
+/*
+ * Backends: a storefront's view of the cached campaign open for goods; false
+ * when none is cached.  The stock is summed from what the worker last saw of
+ * each shard: a reply to a purchase, a give-back, a restock, a rebuild or an
+ * audit.
+ */
+bool
+seckill_campaign_storefront(const char *goods, SeckillStorefront *out)
+{
+	bool		found = false;
+
+	LWLockAcquire(seckill_campaign_cache->lock, LW_SHARED);
+	for (int i = 0; i < seckill_max_campaigns; i++)
+	{
+		SeckillCampaign *c = &seckill_campaigns[i];
+
+		if (c->row.id == 0 || strcmp(c->row.goods, goods) != 0)
+			continue;
+		out->id = c->row.id;
+		out->starts_at = c->row.starts_at;
+		out->ends_at = c->row.ends_at;
+		out->total_stock = c->row.total_stock;
+		out->sold_out = pg_atomic_read_u32(&c->sold_out) != 0;
+		out->remaining = -1;
+		if ((c->known_shards & all_shards(c)) == all_shards(c))
+		{
+			out->remaining = 0;
+			for (int s = 0; s < Max(c->row.limits.shards, 1); s++)
+				out->remaining += c->stock[s];
+		}
+		found = true;
+		break;
+	}
+	LWLockRelease(seckill_campaign_cache->lock);
+	return found;
+}
+
 SeckillCampaign *
 seckill_campaign_find(int64 id)
 {
@@ -123,6 +169,9 @@ seckill_campaign_store(const SeckillCampaignRow *row, bool sold_out)
 		LWLockRelease(seckill_campaign_cache->lock);
 		return false;
 	}
+	/* a new campaign, or new shards: no stock seen yet */
+	if (c->row.id != row->id || c->row.limits.shards != row->limits.shards)
+		c->known_shards = 0;
 	c->row = *row;
 	c->stats = seckill_stats_claim(row->id, row->goods, seckill_campaign_cached);
 	c->empty_shards = sold_out ? ~UINT64CONST(0) : 0;
@@ -157,25 +206,23 @@ seckill_campaign_forget(int64 id)
 }
 
 /*
- * Keep the backends' sold-out shortcut in step with Redis' stock: a
- * campaign is sold out when every shard is empty.
+ * Keep the backends' sold-out shortcut and the storefront's stock in step
+ * with Redis' stock: a campaign is sold out when every shard is empty.
  */
 void
 seckill_campaign_note_stock(int64 campaign_id, int shard, long long stock)
 {
 	SeckillCampaign *c = seckill_campaign_find(campaign_id);
-	int			nshards;
-	uint64		all;
 
 	if (c == NULL || stock < 0)
 		return;
-	nshards = Max(c->row.limits.shards, 1);
-	all = nshards == 64 ? ~UINT64CONST(0) : (UINT64CONST(1) << nshards) - 1;
+	c->stock[shard] = (int32) Min(stock, PG_INT32_MAX);
+	c->known_shards |= UINT64CONST(1) << shard;
 	if (stock == 0)
 		c->empty_shards |= UINT64CONST(1) << shard;
 	else
 		c->empty_shards &= ~(UINT64CONST(1) << shard);
-	pg_atomic_write_u32(&c->sold_out, (c->empty_shards & all) == all ? 1 : 0);
+	pg_atomic_write_u32(&c->sold_out, (c->empty_shards & all_shards(c)) == all_shards(c) ? 1 : 0);
 }
 
 /* PostgreSQL says the campaign is sold out. */

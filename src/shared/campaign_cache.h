@@ -25,8 +25,25 @@ typedef struct SeckillCampaign
 	SeckillCampaignRow row;		/* row.id 0: entry unused */
 	int			stats;			/* its entry in seckill_stats */
 	uint64		empty_shards;	/* the worker's: a bit per shard with no stock */
+	uint64		known_shards;	/* a bit per shard whose stock[] the worker saw */
+	int32		stock[64];		/* each shard's stock in Redis as last seen (1..64 shards) */
 	pg_atomic_uint32 sold_out;	/* every shard is empty */
 } SeckillCampaign;
+
+/*
+ * What a storefront shows of a preheated campaign: its row's times and
+ * stock, the sold-out flag, and the stock left in Redis (-1 while the worker
+ * has not seen every shard's stock since it cached the campaign).
+ */
+typedef struct SeckillStorefront
+{
+	int64		id;
+	TimestampTz starts_at;
+	TimestampTz ends_at;
+	int32		total_stock;
+	int64		remaining;
+	bool		sold_out;
+} SeckillStorefront;
 
 typedef struct SeckillCampaignCache
 {
@@ -42,6 +59,7 @@ extern void seckill_campaign_cache_register(void);
 /* backends */
 extern bool seckill_campaign_lookup(const char *goods, SeckillCampaign *out);
 extern bool seckill_campaign_sold_out(int64 id);
+extern bool seckill_campaign_storefront(const char *goods, SeckillStorefront *out);
 
 /* worker */
 extern SeckillCampaign *seckill_campaign_find(int64 id);

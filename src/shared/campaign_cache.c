@@ -50,28 +50,32 @@ seckill_campaign_cache_register(void)
 	seckill_shmem_register(&part);
 }
 
+/* The cached campaign open for this goods, or NULL.  Under the cache's lock. */
+static SeckillCampaign *
+find_by_goods(const char *goods)
+{
+	for (int i = 0; i < seckill_max_campaigns; i++)
+		if (seckill_campaigns[i].row.id != 0 && strcmp(seckill_campaigns[i].row.goods, goods) == 0)
+			return &seckill_campaigns[i];
+	return NULL;
+}
+
 /* Copy the cached campaign open for this goods; false when none is cached. */
 bool
 seckill_campaign_lookup(const char *goods, SeckillCampaign *out)
 {
-	bool		found = false;
+	SeckillCampaign *c;
 
 	LWLockAcquire(seckill_campaign_cache->lock, LW_SHARED);
-	for (int i = 0; i < seckill_max_campaigns; i++)
+	c = find_by_goods(goods);
+	if (c != NULL)
 	{
-		SeckillCampaign *c = &seckill_campaigns[i];
-
-		if (c->row.id != 0 && strcmp(c->row.goods, goods) == 0)
-		{
-			out->row = c->row;
-			out->stats = c->stats;
-			pg_atomic_init_u32(&out->sold_out, pg_atomic_read_u32(&c->sold_out));
-			found = true;
-			break;
-		}
+		out->row = c->row;
+		out->stats = c->stats;
+		pg_atomic_init_u32(&out->sold_out, pg_atomic_read_u32(&c->sold_out));
 	}
 	LWLockRelease(seckill_campaign_cache->lock);
-	return found;
+	return c != NULL;
 }
 
 /* Backends: do this server's backends answer sold_out for the campaign? */
@@ -99,15 +103,12 @@ seckill_campaign_sold_out(int64 id)
 bool
 seckill_campaign_storefront(const char *goods, SeckillStorefront *out)
 {
-	bool		found = false;
+	SeckillCampaign *c;
 
 	LWLockAcquire(seckill_campaign_cache->lock, LW_SHARED);
-	for (int i = 0; i < seckill_max_campaigns; i++)
+	c = find_by_goods(goods);
+	if (c != NULL)
 	{
-		SeckillCampaign *c = &seckill_campaigns[i];
-
-		if (c->row.id == 0 || strcmp(c->row.goods, goods) != 0)
-			continue;
 		out->id = c->row.id;
 		out->starts_at = c->row.starts_at;
 		out->ends_at = c->row.ends_at;
@@ -120,11 +121,9 @@ seckill_campaign_storefront(const char *goods, SeckillStorefront *out)
 			for (int s = 0; s < Max(c->row.limits.shards, 1); s++)
 				out->remaining += c->stock[s];
 		}
-		found = true;
-		break;
 	}
 	LWLockRelease(seckill_campaign_cache->lock);
-	return found;
+	return c != NULL;
 }
 
 SeckillCampaign *

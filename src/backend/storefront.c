@@ -21,6 +21,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "shared/campaign_cache.h"
+#include "shared/shmem.h"
 #include "store/store.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
@@ -47,7 +48,7 @@ storefront_state(const SeckillStorefront *c, bool draft, TimestampTz now)
 static int32
 storefront_remaining(const SeckillStorefront *c)
 {
-	return c->sold_out ? 0 : (int32) Max(c->remaining, 0);
+	return c->sold_out ? 0 : (int32) Min(Max(c->remaining, 0), PG_INT32_MAX);
 }
 
 /*
@@ -93,7 +94,9 @@ find_campaign(FunctionCallInfo fcinfo, char **goods, SeckillStorefront *c, bool 
 	*goods = seckill_id_arg(fcinfo, 0, "goods", SECKILL_MAX_GOODS_LEN);
 	seckill_check_database();
 	*draft = false;
-	return (seckill_campaign_storefront(*goods, c) && c->remaining >= 0) ||
+	/* while the worker sells from PostgreSQL alone, Redis' stock stands still */
+	return (!seckill_shared->sales_from_database &&
+			seckill_campaign_storefront(*goods, c) && c->remaining >= 0) ||
 		read_campaign(*goods, c, draft);
 }
 
@@ -116,6 +119,8 @@ seckill_storefront(PG_FUNCTION_ARGS)
 	bool		nulls[STOREFRONT_COLUMNS] = {false};
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+	if (rsinfo->setDesc->natts != STOREFRONT_COLUMNS)
+		elog(ERROR, "seckill_storefront must return the %d columns of seckill.storefront", STOREFRONT_COLUMNS);
 	if (!find_campaign(fcinfo, &goods, &c, &draft))
 		return (Datum) 0;
 	values[0] = CStringGetTextDatum(goods);
@@ -132,7 +137,7 @@ seckill_storefront(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-/* A JSON member: the seconds from now to t, to the millisecond; 0 once past, null at infinity. */
+/* A JSON member: the seconds from now to t, to the millisecond; 0 once past, null at +infinity. */
 static void
 json_seconds_to(StringInfo buf, const char *member, TimestampTz t, TimestampTz now)
 {
@@ -140,7 +145,7 @@ json_seconds_to(StringInfo buf, const char *member, TimestampTz t, TimestampTz n
 	int64		ms = t > now ? (t - now) / 1000 : 0;
 
 	appendStringInfoString(buf, member);
-	if (TIMESTAMP_NOT_FINITE(t))
+	if (TIMESTAMP_IS_NOEND(t))
 	{
 		appendStringInfoString(buf, "null");
 		return;

@@ -117,6 +117,7 @@ seckill_campaign_storefront(const char *goods, SeckillStorefront *out)
 		out->remaining = -1;
 		if ((c->known_shards & all_shards(c)) == all_shards(c))
 		{
+			pg_read_barrier();
 			out->remaining = 0;
 			for (int s = 0; s < Max(c->row.limits.shards, 1); s++)
 				out->remaining += c->stock[s];
@@ -170,13 +171,29 @@ seckill_campaign_store(const SeckillCampaignRow *row, bool sold_out)
 	}
 	/* a new campaign, or new shards: no stock seen yet */
 	if (c->row.id != row->id || c->row.limits.shards != row->limits.shards)
+	{
 		c->known_shards = 0;
+		memset(c->stock, 0, sizeof(c->stock));
+	}
 	c->row = *row;
 	c->stats = seckill_stats_claim(row->id, row->goods, seckill_campaign_cached);
 	c->empty_shards = sold_out ? ~UINT64CONST(0) : 0;
 	pg_atomic_write_u32(&c->sold_out, sold_out ? 1 : 0);
 	LWLockRelease(seckill_campaign_cache->lock);
 	return true;
+}
+
+/* Worker: the new total stock of a cached campaign, after a restock. */
+void
+seckill_campaign_set_total_stock(int64 id, int32 total_stock)
+{
+	SeckillCampaign *c;
+
+	LWLockAcquire(seckill_campaign_cache->lock, LW_EXCLUSIVE);
+	c = seckill_campaign_find(id);
+	if (c != NULL)
+		c->row.total_stock = total_stock;
+	LWLockRelease(seckill_campaign_cache->lock);
 }
 
 /* Worker: new traffic limits of a cached campaign. */
@@ -213,9 +230,11 @@ seckill_campaign_note_stock(int64 campaign_id, int shard, long long stock)
 {
 	SeckillCampaign *c = seckill_campaign_find(campaign_id);
 
-	if (c == NULL || stock < 0)
+	if (c == NULL || stock < 0 || shard < 0 || shard >= Max(c->row.limits.shards, 1))
 		return;
 	c->stock[shard] = (int32) Min(stock, PG_INT32_MAX);
+	/* a backend that sees the shard known sees its stock */
+	pg_write_barrier();
 	c->known_shards |= UINT64CONST(1) << shard;
 	if (stock == 0)
 		c->empty_shards |= UINT64CONST(1) << shard;

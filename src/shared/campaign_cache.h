@@ -20,13 +20,16 @@
  * campaign (or changed its limits; "sold" is not kept up to date), and what
  * the worker keeps of Redis' stock.
  */
+/* A campaign's stock shards: 1 to 64 (seckill.campaigns' check), a bit each in a uint64. */
+#define SECKILL_MAX_SHARDS 64
+
 typedef struct SeckillCampaign
 {
 	SeckillCampaignRow row;		/* row.id 0: entry unused */
 	int			stats;			/* its entry in seckill_stats */
 	uint64		empty_shards;	/* the worker's: a bit per shard with no stock */
 	uint64		known_shards;	/* a bit per shard whose stock[] the worker saw */
-	int32		stock[64];		/* each shard's stock in Redis as last seen (1..64 shards) */
+	int32		stock[SECKILL_MAX_SHARDS];	/* each shard's stock in Redis as last seen */
 	pg_atomic_uint32 sold_out;	/* every shard is empty */
 } SeckillCampaign;
 
@@ -66,6 +69,7 @@ extern SeckillCampaign *seckill_campaign_find(int64 id);
 extern bool seckill_campaign_has_room(int64 id);
 extern bool seckill_campaign_store(const SeckillCampaignRow *row, bool sold_out);
 extern void seckill_campaign_set_limits(int64 id, const SeckillLimits *limits);
+extern void seckill_campaign_set_total_stock(int64 id, int32 total_stock);
 extern void seckill_campaign_forget(int64 id);
 extern bool seckill_campaign_cached(int64 id);
 extern void seckill_campaign_note_stock(int64 campaign_id, int shard, long long stock);

@@ -350,6 +350,8 @@ sk_admin_restock(const SeckillRequest *request, SeckillReply *reply)
 	sk_lease_fence();
 	done = store_restock(id, delta, &row);
 	store_commit();
+	if (done)
+		seckill_campaign_set_total_stock(id, row.total_stock);
 	if (!done)
 	{
 		seckill_reply_error(reply, SK_ERR_INVALID,

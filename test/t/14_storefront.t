@@ -166,6 +166,10 @@ is "$(front "$live" "state || ' ' || remaining")" "on_sale 1" "a cancel: on_sale
 (seckill_wait_for "[ \"\$(fn '$live' \"state || ' ' || remaining\")\" = 'on_sale 1' ]" 10)
 same "$live" "after a cancel"
 is "$(psql_val "SELECT status FROM seckill_buy('second-chance', '$live')")" ok "and seckill_buy sells it"
+psql_val "SELECT seckill_restock('$live', 2)" >/dev/null
+is "$(fn "$live" "state || ' ' || remaining || ' ' || total_stock")" "on_sale 2 $((stock + 2))" \
+	"a restock of 2: on_sale, 2 remaining of $((stock + 2))"
+same "$live" "after a restock"
 
 psql_val "SELECT seckill_close('$live')" >/dev/null
 is "$(front "$live" "count(*)")" 0 "closed: no row, as for goods without a campaign"

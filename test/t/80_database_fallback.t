@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # seckill.redis_unavailable = database: Redis stops for the middle of a sale
 # and comes back empty.  Meanwhile the worker sells from PostgreSQL alone, its
-# constraints arbitrating; when Redis is back every campaign is rebuilt from
-# PostgreSQL before Redis takes over again.  The invariants hold throughout.
+# constraints arbitrating, and the storefront tells PostgreSQL's stock; when
+# Redis is back every campaign is rebuilt from PostgreSQL before Redis takes
+# over again.  The invariants hold throughout.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
@@ -28,6 +29,10 @@ down=$(sale_orders)
 seckill_wait_for "sale_orders_at_least $((down + 300))" 30
 ok "[ $? -eq 0 ]" "with Redis stopped, sales go on from PostgreSQL ($down orders when it stopped)"
 is "$(path)" database "seckill_status shows sales_path = database"
+# Redis' last stock stands still meanwhile: the storefront reads PostgreSQL's
+is "$(psql_val "SELECT f.remaining = v.remaining AND f.remaining <= 15000 - $down - 300
+	FROM seckill_storefront('$SALE_GOODS') f, seckill.storefront v WHERE v.goods = '$SALE_GOODS'")" t \
+	"seckill_storefront() tells PostgreSQL's stock, as the view does"
 
 seckill_redis_start
 seckill_wait_for "[ \"\$(path)\" = redis ]" 30

@@ -105,7 +105,8 @@ find_campaign(FunctionCallInfo fcinfo, char **goods, SeckillStorefront *c, bool 
  *
  * The open campaign of goods as seckill.storefront shows it, no row when
  * there is none.  Its remaining stock is Redis' for a preheated campaign
- * (so it counts purchases not yet committed), PostgreSQL's otherwise.
+ * (a purchase Redis granted counts as sold before its order commits),
+ * PostgreSQL's otherwise.
  */
 Datum
 seckill_storefront(PG_FUNCTION_ARGS)

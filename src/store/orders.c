@@ -1,15 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * orders.c
- *		seckill.orders and seckill.compensations: order ids, the group
- *		commit of a round's orders, cancels and releases, and the reads of
- *		orders that backends make (the order a buyer holds, an order's fate).
- *
- * All accepted purchases of a round are committed by one statement in one
- * transaction.  When that statement fails (a stale Redis let a duplicate or
- * an oversell through, and a constraint caught it), each order is retried
- * alone in a subtransaction, so one bad row does not sink the others; the
- * refused ones are logged as compensations in the same transaction.
+ *		seckill.orders and seckill.compensations: order ids, the rebuyers
+ *		refused and the holders named after a round, cancels and releases,
+ *		and the reads of orders that backends make (the order a buyer holds,
+ *		an order's fate).  The group commit itself is group_commit.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -37,7 +32,6 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-static SPIPlanPtr commit_plan = NULL;
 static SPIPlanPtr compensation_plan = NULL;
 static SPIPlanPtr exist_plan = NULL;
 
@@ -132,145 +126,6 @@ int8_array(const int64 *v, int n)
 }
 
 /*
- * Insert the orders of orders[0..n-1] whose campaign is still on sale, and
- * count them in the campaigns' "sold".  Marks the inserted ones SK_OK, and
- * SK_BUSY those whose campaign's row another transaction has locked: a
- * purchase never waits for an application's or a DBA's open transaction.
- */
-static void
-insert_orders(SkOrder *orders, int n)
-{
-	Oid			types[4] = {INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID};
-	Datum		values[4];
-	Datum	   *ids = palloc(sizeof(Datum) * n);
-	Datum	   *campaigns = palloc(sizeof(Datum) * n);
-	Datum	   *users = palloc(sizeof(Datum) * n);
-	Datum	   *qtys = palloc(sizeof(Datum) * n);
-	int			rc;
-
-	if (commit_plan == NULL)
-		commit_plan = store_prepare(
-							  "WITH req AS ("
-							  "  SELECT * FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
-							  "                  pg_catalog.unnest($4)) AS r(id, campaign_id, user_id, qty)"
-							  "), locked AS ("
-							  "  SELECT c.id FROM seckill.campaigns c"
-							  "  WHERE c.id = ANY (SELECT campaign_id FROM req)"
-							  "    AND c.state = 'preheated'"
-							  "  FOR NO KEY UPDATE SKIP LOCKED"
-							  "), counted AS ("
-							  "  UPDATE seckill.campaigns c SET sold = c.sold + s.qty"
-							  "  FROM (SELECT campaign_id, pg_catalog.sum(qty)::int4 AS qty FROM req"
-							  "        WHERE campaign_id = ANY (SELECT id FROM locked)"
-							  "        GROUP BY campaign_id) s"
-							  "  WHERE c.id = s.campaign_id"
-							  "  RETURNING c.id"
-							  "), inserted AS ("
-							  "  INSERT INTO seckill.orders (id, campaign_id, user_id, qty)"
-							  "  SELECT r.id, r.campaign_id, r.user_id, r.qty"
-							  "    FROM req r JOIN counted ON counted.id = r.campaign_id"
-							  "  RETURNING id"
-							  ") "
-							  "SELECT id, true FROM inserted "
-							  "UNION ALL "
-							  "SELECT r.id, false FROM req r JOIN seckill.campaigns c ON c.id = r.campaign_id"
-							  " WHERE c.state = 'preheated'"
-							  "   AND NOT r.campaign_id = ANY (SELECT id FROM locked)",
-							  4, types);
-
-	for (int i = 0; i < n; i++)
-	{
-		ids[i] = Int64GetDatum(orders[i].id);
-		campaigns[i] = Int64GetDatum(orders[i].campaign_id);
-		users[i] = CStringGetTextDatum(orders[i].user_id);
-		qtys[i] = Int32GetDatum(orders[i].qty);
-	}
-	values[0] = PointerGetDatum(construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	values[1] = PointerGetDatum(construct_array(campaigns, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	values[2] = PointerGetDatum(construct_array(users, n, TEXTOID, -1, false, TYPALIGN_INT));
-	values[3] = PointerGetDatum(construct_array(qtys, n, INT4OID, 4, true, TYPALIGN_INT));
-
-	rc = SPI_execute_plan(commit_plan, values, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "committing orders failed: %s", SPI_result_code_string(rc));
-
-	/* orders[] is sorted by id: find each one answered by binary search */
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		bool		isnull;
-		int64		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
-		bool		inserted = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
-		int			lo = 0,
-					hi = n - 1;
-
-		while (lo <= hi)
-		{
-			int			mid = (lo + hi) / 2;
-
-			if (orders[mid].id == id)
-			{
-				orders[mid].outcome = inserted ? SK_OK : SK_BUSY;
-				if (!inserted)
-					orders[mid].reason = "the campaign's row was locked by another transaction";
-				break;
-			}
-			if (orders[mid].id < id)
-				lo = mid + 1;
-			else
-				hi = mid - 1;
-		}
-	}
-}
-
-/*
- * Run insert_orders in a subtransaction.  Returns false, with the error's
- * SQLSTATE and message, when it failed; the subtransaction is then rolled back.
- */
-static bool
-try_insert_orders(SkOrder *orders, int n, int *sqlerrcode, char **message)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile bool ok = true;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		insert_orders(orders, n);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		*sqlerrcode = edata->sqlerrcode;
-		*message = edata->message;
-		ok = false;
-	}
-	PG_END_TRY();
-	return ok;
-}
-
-static SeckillStatus
-status_for_error(int sqlerrcode)
-{
-	if (sqlerrcode == ERRCODE_UNIQUE_VIOLATION)
-		return SK_DUPLICATE;
-	if (sqlerrcode == ERRCODE_CHECK_VIOLATION)
-		return SK_SOLD_OUT;
-	return SK_BUSY;
-}
-
-/*
  * Run sql (planned once) with $1 and $2 the campaigns and users of
  * orders[from[0..n-1]] (of orders[0..n-1] when from is NULL), as arrays;
  * its first column is each row's ordinal in them (row_ordinal()).
@@ -323,56 +178,6 @@ store_refuse_rebuyers(SkOrder *orders, int n)
 	for (uint64 r = 0; r < SPI_processed; r++)
 		orders[row_ordinal(r)].outcome = SK_DUPLICATE;
 	return SPI_processed;
-}
-
-/*
- * Inside a transaction: commit what can be committed of orders[0..n-1]
- * (sorted by id), and log the rest as compensations when Redis had
- * reserved them.  Each order's outcome says what its caller is to be told.
- */
-void
-store_commit_orders(SkOrder *orders, int n, bool reserved_in_redis)
-{
-	int			sqlerrcode;
-	char	   *message;
-
-	for (int i = 0; i < n; i++)
-	{
-		orders[i].outcome = SK_ENDED;
-		orders[i].reason = "campaign is no longer on sale in PostgreSQL";
-	}
-	if (!try_insert_orders(orders, n, &sqlerrcode, &message))
-	{
-		/*
-		 * A constraint refused a row: find which, one by one.  Anything else
-		 * (a lock or statement timeout) would only fail again, each time.
-		 */
-		if (ERRCODE_TO_CATEGORY(sqlerrcode) != ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION)
-			ereport(LOG,
-					(errcode(sqlerrcode),
-					 errmsg("seckill worker could not commit the orders of a round: %s", message),
-					 errdetail("Their reservations are given back, and their callers told busy.")));
-		for (int i = 0; i < n; i++)
-		{
-			if (ERRCODE_TO_CATEGORY(sqlerrcode) != ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION)
-			{
-				orders[i].outcome = SK_BUSY;
-				orders[i].reason = message;
-				continue;
-			}
-			orders[i].outcome = SK_ENDED;
-			if (!try_insert_orders(&orders[i], 1, &sqlerrcode, &message))
-			{
-				orders[i].outcome = status_for_error(sqlerrcode);
-				orders[i].reason = message;
-			}
-		}
-	}
-	/* a purchase refused without a Redis reservation has nothing to give back */
-	for (int i = 0; reserved_in_redis && i < n; i++)
-		if (orders[i].outcome != SK_OK)
-			store_log_compensation(orders[i].id, orders[i].campaign_id,
-								   orders[i].user_id, orders[i].qty, orders[i].reason);
 }
 
 /* Inside a transaction: log a give-back, once per request id. */

@@ -62,10 +62,12 @@ extern bool store_fence_token_needs_block(void);
 extern int64 store_fence_token(void);
 extern void store_fence(const char *name, int64 token);
 
+/* group_commit.c */
+extern void store_commit_orders(SkOrder *orders, int n, bool reserved_in_redis);
+
 /* orders.c */
 extern void store_take_order_ids(int64 *ids, int n, int64 (*record) (int64 first, int64 last));
 extern void store_forget_order_ids(void);
-extern void store_commit_orders(SkOrder *orders, int n, bool reserved_in_redis);
 extern int	store_refuse_rebuyers(SkOrder *orders, int n);
 extern void store_log_compensation(int64 request_id, int64 campaign_id,
 								   const char *user_id, int qty, const char *reason);

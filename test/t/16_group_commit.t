@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The group commit writes a round's orders without the foreign key's check
+# row by row, since the round holds the campaign's row locked; it must keep
+# every guarantee that key gave, under a 16-client sale each time:
+# - a campaign a DBA closes (UPDATE ... SET state = 'closed') gets no order
+#   after the close commits; one a DBA deletes, with its orders, gets none
+#   at all, and no order anywhere names a campaign that is not there;
+# - a trigger of the DBA's on seckill.orders (an audit) fires for every
+#   order, and a foreign key of the DBA's (user_id to a table of customers)
+#   refuses every purchase of a user who is not a customer; once both are
+#   dropped, the sale goes on without them.
+set -uo pipefail
+# shellcheck source=test/t/tap.sh
+. "$(dirname "$0")/tap.sh"
+
+work=$(mktemp -d)
+cleanup() {
+	psql -Xq -c "ALTER TABLE seckill.orders DROP CONSTRAINT IF EXISTS orders_customer" \
+		-c "DROP TRIGGER IF EXISTS orders_audit ON seckill.orders" -c "DROP FUNCTION IF EXISTS public.gc_audit()" \
+		-c "DROP TABLE IF EXISTS public.gc_audit_log, public.gc_customers" >/dev/null 2>&1
+	rm -rf "$work"
+}
+trap cleanup EXIT
+tag="$(date +%s)-$$"
+
+psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
+psql -Xq -v ON_ERROR_STOP=1 -f "$SECKILL_ROOT/test/helpers.sql"
+
+# campaign goods: created with stock for the whole test and preheated; prints its id
+campaign() {
+	psql_val "SELECT seckill_campaign_create('$1', 10000000)" >/dev/null &&
+		[ "$(psql_val "SELECT seckill_preheat('$1')")" = 10000000 ] &&
+		psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$1'"
+}
+# load goods seconds [users]: 16 clients buying, each answer kept in
+# stampede_answers; users are "customer-N" for even N and "stranger-N" for
+# odd N; in the background, its pid in LOAD
+load() {
+	cat >"$work/$1.sql" <<SQL
+\set u random(1, ${3:-1000000000000})
+SELECT try_buy(CASE WHEN :u % 2 = 0 THEN 'customer-' ELSE 'stranger-' END || :u, '$1');
+SQL
+	pgbench -n -c 16 -j 2 -T "$2" -f "$work/$1.sql" >"$work/$1.out" 2>&1 &
+	LOAD=$!
+}
+orders_of() { psql_val "SELECT count(*) FROM seckill.orders WHERE campaign_id = $1"; }
+# counted id: "orders/sold" of a campaign
+counted() {
+	psql_val "SELECT count(*) || '/' || (SELECT sold FROM seckill.campaigns WHERE id = $1)
+		FROM seckill.orders WHERE campaign_id = $1"
+}
+oks() { psql_val "SELECT count(*) FROM stampede_answers WHERE status = 'ok' AND user_id LIKE '$1'"; }
+
+# 1. Closed while on sale
+closed="closed-$tag"
+cid=$(campaign "$closed")
+ok "[ -n '$cid' ]" "a campaign on sale"
+load "$closed" 8
+seckill_wait_for "[ \$(orders_of $cid) -ge 2000 ]" 20
+at_close=$(psql -XAtq -v ON_ERROR_STOP=1 <<SQL
+BEGIN;
+UPDATE seckill.campaigns SET state = 'closed' WHERE id = $cid;
+SELECT count(*) || '/' || (SELECT sold FROM seckill.campaigns WHERE id = $cid)
+FROM seckill.orders WHERE campaign_id = $cid;
+COMMIT;
+SQL
+)
+ok "[ $? -eq 0 ]" "a DBA closes it mid-sale, at $at_close orders/sold"
+before=$(psql_val "SELECT count(*) FROM stampede_answers")
+wait "$LOAD"
+after=$(psql_val "SELECT count(*) FROM stampede_answers")
+ok "[ $((after - before)) -ge 1000 ]" "the crowd kept asking after the close: $((after - before)) more calls"
+is "$(counted "$cid")" "$at_close" "no order was added after the close committed"
+is "$(psql_val "SELECT count(*) FROM stampede_answers a WHERE a.status = 'ok'
+	AND NOT EXISTS (SELECT FROM seckill.orders o WHERE o.id = a.order_id AND o.user_id = a.user_id)")" 0 \
+	"every ok has its committed order"
+
+# 2. Deleted while on sale: the DBA locks its row, deletes its orders and it
+deleted="deleted-$tag"
+did=$(campaign "$deleted")
+other="other-$tag"
+oid=$(campaign "$other")
+load "$deleted" 8
+seckill_wait_for "[ \$(orders_of $did) -ge 2000 ]" 20
+psql -Xq -v ON_ERROR_STOP=1 >"$work/delete.out" 2>&1 <<SQL
+BEGIN;
+SELECT FROM seckill.campaigns WHERE id = $did FOR UPDATE;
+DELETE FROM seckill.orders WHERE campaign_id = $did;
+DELETE FROM seckill.compensations WHERE campaign_id = $did;
+DELETE FROM seckill.campaigns WHERE id = $did;
+COMMIT;
+SQL
+ok "[ $? -eq 0 ]" "a DBA deletes it mid-sale, with its orders" || diag "$(cat "$work/delete.out")"
+before=$(psql_val "SELECT count(*) FROM stampede_answers")
+wait "$LOAD"
+after=$(psql_val "SELECT count(*) FROM stampede_answers")
+ok "[ $((after - before)) -ge 1000 ]" "the crowd kept asking after the delete: $((after - before)) more calls"
+is "$(orders_of "$did")" 0 "no order of the deleted campaign was written after it"
+is "$(psql_val "SELECT count(*) FROM seckill.orders o
+	WHERE NOT EXISTS (SELECT FROM seckill.campaigns c WHERE c.id = o.campaign_id)")" 0 \
+	"no order names a campaign that is not there"
+is "$(psql_val "SELECT status FROM seckill_buy('after-delete-$tag', '$other')")" ok \
+	"the worker sells another campaign after it"
+
+# 3. A DBA's trigger and foreign key on seckill.orders
+psql -Xq -v ON_ERROR_STOP=1 <<'SQL'
+CREATE TABLE public.gc_audit_log (order_id bigint PRIMARY KEY, user_id text);
+CREATE FUNCTION public.gc_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO public.gc_audit_log VALUES (NEW.id, NEW.user_id);
+	RETURN NEW;
+END $$;
+CREATE TRIGGER orders_audit AFTER INSERT ON seckill.orders FOR EACH ROW EXECUTE FUNCTION public.gc_audit();
+CREATE TABLE public.gc_customers (id text PRIMARY KEY);
+INSERT INTO public.gc_customers SELECT 'customer-' || 2 * k FROM generate_series(1, 2000) k;
+ALTER TABLE seckill.orders ADD CONSTRAINT orders_customer FOREIGN KEY (user_id)
+	REFERENCES public.gc_customers (id) NOT VALID;
+SQL
+ok "[ $? -eq 0 ]" "a DBA adds an audit trigger and a foreign key to customers on seckill.orders"
+psql_val "TRUNCATE stampede_answers" >/dev/null
+load "$other" 4 4000
+wait "$LOAD"
+customers=$(oks 'customer-%')
+ok "[ $customers -ge 500 ]" "customers bought: $customers ok"
+is "$(psql_val "SELECT count(*) FROM seckill.orders WHERE campaign_id = $oid AND user_id LIKE 'stranger-%'")" 0 \
+	"no order of a user who is not a customer was written"
+is "$(oks 'stranger-%')" 0 "no stranger was told ok"
+is "$(psql_val "SELECT count(*) FROM seckill.orders o WHERE o.campaign_id = $oid AND o.user_id LIKE 'customer-%'
+	AND NOT EXISTS (SELECT FROM public.gc_audit_log a WHERE a.order_id = o.id)")" 0 \
+	"the audit trigger fired for every order"
+is "$(psql_val "SELECT count(*) FROM public.gc_audit_log")" "$customers" "and for nothing else"
+
+psql -Xq -v ON_ERROR_STOP=1 -c "DROP TRIGGER orders_audit ON seckill.orders" \
+	-c "ALTER TABLE seckill.orders DROP CONSTRAINT orders_customer"
+ok "[ $? -eq 0 ]" "both dropped"
+audited=$(psql_val "SELECT count(*) FROM public.gc_audit_log")
+load "$other" 4
+wait "$LOAD"
+ok "[ $(oks 'stranger-%') -ge 500 ]" "strangers buy again: $(oks 'stranger-%') ok"
+is "$(psql_val "SELECT count(*) FROM public.gc_audit_log")" "$audited" "the dropped trigger fires no more"
+is "$(psql_val "SELECT count(*) = (SELECT sold FROM seckill.campaigns WHERE id = $oid)
+	FROM seckill.orders WHERE campaign_id = $oid")" t "every unit sold is an order, and no more"
+
+done_testing

@@ -23,6 +23,7 @@
 # and the distributed locks against PostgreSQL's own, each client its own name:
 #   7a seckill_lock + seckill_unlock
 #   7b pg_advisory_lock + pg_advisory_unlock
+#   7c seckill_lock_all + seckill_unlock_all of three names
 # Rows 2-4 run durable (synchronous_commit = on); their "off" figures are an
 # extra column (the worker commits durably whatever the setting, so for row 4
 # it only changes the callers' sessions).  Prints a Markdown table with ratios to rows 1 and 2, the
@@ -145,6 +146,12 @@ cat >"$work/lock.sql" <<SQL
 SELECT seckill_lock('bench-$run_id-' || :client_id) IS NOT NULL;
 SELECT seckill_unlock('bench-$run_id-' || :client_id);
 SQL
+cat >"$work/lock_all.sql" <<SQL
+SELECT seckill_lock_all(ARRAY['bench-$run_id-c-' || :client_id, 'bench-$run_id-a-' || :client_id,
+	'bench-$run_id-b-' || :client_id]) IS NOT NULL;
+SELECT seckill_unlock_all(ARRAY['bench-$run_id-c-' || :client_id, 'bench-$run_id-a-' || :client_id,
+	'bench-$run_id-b-' || :client_id]);
+SQL
 cat >"$work/advisory.sql" <<'SQL'
 SELECT pg_advisory_lock(:client_id);
 SELECT pg_advisory_unlock(:client_id);
@@ -231,6 +238,7 @@ wait "$sale" || true
 for c in $clients; do
 	cell 7a on "$c" lock.sql
 	cell 7b on "$c" advisory.sql
+	cell 7c on "$c" lock_all.sql
 done
 set_sync off
 for c in $clients; do
@@ -403,7 +411,7 @@ purchases=$((p1 - p0))
 	echo
 	echo "| row | lock | clients | cycles/s | p50 ms | p99 ms | × row 7b |"
 	echo "|---|---|---:|---:|---:|---:|---:|"
-	table "7a 7b" "seckill_lock + seckill_unlock;pg_advisory_lock + pg_advisory_unlock" "7b" 0
+	table "7a 7b 7c" "seckill_lock + seckill_unlock;pg_advisory_lock + pg_advisory_unlock;seckill_lock_all + seckill_unlock_all, 3 names" "7b" 0
 	echo
 	echo "Where the CPU goes: µs of CPU per call in each cell (the worker's, Redis', pgbench's, and the rest:"
 	echo "the callers' sessions, the other PostgreSQL processes, the kernel), the share of the $(nproc) cores"

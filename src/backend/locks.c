@@ -2,7 +2,11 @@
  *
  * locks.c
  *		The SQL callers' side of the distributed locks: seckill_lock,
- *		seckill_lock_xact, seckill_unlock, and the seckill.locks view.
+ *		seckill_lock_xact, seckill_unlock, seckill_lock_all,
+ *		seckill_unlock_all, and the seckill.locks view.
+ *
+ * seckill_lock_all and seckill_unlock_all take and release several locks as
+ * one: all of them or none.
  *
  * A lock taken again by the session that holds it is counted, not taken
  * again: it is freed after as many unlocks.  A transaction-scoped lock is
@@ -15,6 +19,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_type.h"
 #include "common/pg_prng.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -23,12 +28,15 @@
 #include "shared/shmem.h"
 #include "storage/backendid.h"
 #include "storage/ipc.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(seckill_lock);
 PG_FUNCTION_INFO_V1(seckill_lock_xact);
 PG_FUNCTION_INFO_V1(seckill_unlock);
+PG_FUNCTION_INFO_V1(seckill_lock_all);
+PG_FUNCTION_INFO_V1(seckill_unlock_all);
 PG_FUNCTION_INFO_V1(seckill_locks_rows);
 
 static bool callbacks_registered = false;
@@ -161,24 +169,24 @@ interval_ms_arg(FunctionCallInfo fcinfo, int argno, const char *name, long dflt)
 	return (long) (usec / 1000);
 }
 
-static Datum
-lock_common(FunctionCallInfo fcinfo, bool xact)
+/* The lease argument: NULL (renewed by the worker while held) or 100 ms at least. */
+static long
+lease_arg(FunctionCallInfo fcinfo, int argno)
 {
-	char	   *name = seckill_id_arg(fcinfo, 0, "name", SK_LOCK_NAME_LEN);
-	long		wait_ms = interval_ms_arg(fcinfo, 1, "wait", 0);
-	long		lease_ms = interval_ms_arg(fcinfo, 2, "lease", seckill_lock_lease);
-	SeckillLockEntry *e;
-	SeckillRequest request;
-	TimestampTz deadline;
-	long		backoff = 5;
-	int64		token = 0;
-	bool		again = false;
+	long		lease_ms = interval_ms_arg(fcinfo, argno, "lease", seckill_lock_lease);
 
-	if (!PG_ARGISNULL(2) && lease_ms < 100)
+	if (!PG_ARGISNULL(argno) && lease_ms < 100)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("lease must be at least 100 ms"),
 				 errhint("Pass NULL to have the worker renew the lease while the lock is held.")));
+	return lease_ms;
+}
+
+/* Before this session's first lock: release its locks when it ends. */
+static void
+prepare_session(void)
+{
 	seckill_check_database();
 	if (!callbacks_registered)
 	{
@@ -187,6 +195,45 @@ lock_common(FunctionCallInfo fcinfo, bool xact)
 		RegisterXactCallback(xact_end, NULL);
 		callbacks_registered = true;
 	}
+}
+
+/* One ask of the worker for a lock. */
+static SeckillReply
+ask_for_lock(const SeckillRequest *request)
+{
+	SeckillReply reply;
+
+	PG_TRY();
+	{
+		reply = seckill_request_checked(request);
+	}
+	PG_CATCH();
+	{
+		/*
+		 * The worker may have taken the lease for a caller that is gone: give
+		 * it back, or the worker does when its answer finds nobody.
+		 */
+		seckill_lock_hand_back(request->lock.owner);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	return reply;
+}
+
+/*
+ * Take lock name for this session (xact: for its transaction), asking again
+ * until deadline while another holds it.  True, with its fencing token in
+ * *token, when taken (or taken again: counted); false when not by then.
+ * lease_ms, renewed by the worker while held when watchdog.
+ */
+static bool
+take_lock(const char *name, bool xact, TimestampTz deadline, long lease_ms, bool watchdog,
+		  int64 *token)
+{
+	SeckillLockEntry *e;
+	SeckillRequest request;
+	long		backoff = 5;
+	bool		again = false;
 
 	/* taken again by its holder: counted */
 	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
@@ -194,7 +241,7 @@ lock_common(FunctionCallInfo fcinfo, bool xact)
 	if (e != NULL && seckill_lock_live(e, GetCurrentTimestamp()))
 	{
 		e->depth++;
-		token = e->token;
+		*token = e->token;
 		again = true;
 	}
 	else if (e != NULL)
@@ -213,7 +260,7 @@ lock_common(FunctionCallInfo fcinfo, bool xact)
 	if (e != NULL && !again)
 		seckill_lock_wake_keeper();
 	if (again)
-		PG_RETURN_INT64(token);
+		return true;
 
 	memset(&request, 0, sizeof(request));
 	request.kind = SK_REQ_LOCK;
@@ -223,43 +270,41 @@ lock_common(FunctionCallInfo fcinfo, bool xact)
 	request.lock.pid = MyProcPid;
 	request.lock.lease_ms = (int32) lease_ms;
 	request.lock.xact = xact;
-	request.lock.watchdog = PG_ARGISNULL(2);
+	request.lock.watchdog = watchdog;
 
-	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms);
 	for (;;)
 	{
-		SeckillReply reply;
+		SeckillReply reply = ask_for_lock(&request);
 		long		left;
 
-		PG_TRY();
-		{
-			reply = seckill_request_checked(&request);
-		}
-		PG_CATCH();
-		{
-			/*
-			 * The worker may have taken the lease for a caller that is gone:
-			 * give it back, or the worker does when its answer finds nobody.
-			 */
-			seckill_lock_hand_back(request.lock.owner);
-			PG_RE_THROW();
-		}
-		PG_END_TRY();
 		if (reply.status == SK_OK)
 		{
-			token = reply.values[0];
-			break;
+			*token = reply.values[0];
+			return true;
 		}
 		/* held by someone else: ask again after a jittered backoff, until the deadline */
 		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (left <= 0)
-			PG_RETURN_NULL();
+			return false;
 		wait_for_release(name, Min(left, backoff / 2 +
 								   (long) pg_prng_uint64_range(&pg_global_prng_state, 0, backoff / 2)));
 		CHECK_FOR_INTERRUPTS();
 		backoff = Min(backoff * 2, 100);
 	}
+}
 
+static Datum
+lock_common(FunctionCallInfo fcinfo, bool xact)
+{
+	char	   *name = seckill_id_arg(fcinfo, 0, "name", SK_LOCK_NAME_LEN);
+	long		wait_ms = interval_ms_arg(fcinfo, 1, "wait", 0);
+	long		lease_ms = lease_arg(fcinfo, 2);
+	int64		token;
+
+	prepare_session();
+	if (!take_lock(name, xact, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms),
+				   lease_ms, PG_ARGISNULL(2), &token))
+		PG_RETURN_NULL();
 	PG_RETURN_INT64(token);
 }
 
@@ -281,14 +326,13 @@ seckill_lock_xact(PG_FUNCTION_ARGS)
 }
 
 /*
- * seckill_unlock(name text) RETURNS boolean: true when released (or held
- * fewer times); false, with a WARNING, when this session did not hold it
- * or its lease had run out meanwhile.
+ * Release this session's lock name: true when released (or held fewer
+ * times); false, with a WARNING, when this session did not hold it or its
+ * lease had run out meanwhile.
  */
-Datum
-seckill_unlock(PG_FUNCTION_ARGS)
+static bool
+unlock_one(const char *name)
 {
-	char	   *name = seckill_id_arg(fcinfo, 0, "name", SK_LOCK_NAME_LEN);
 	SeckillLockEntry *e;
 	SeckillRequest request;
 	SeckillReply reply;
@@ -304,7 +348,7 @@ seckill_unlock(PG_FUNCTION_ARGS)
 	{
 		e->depth--;
 		LWLockRelease(seckill_lock_table->lock);
-		PG_RETURN_BOOL(true);
+		return true;
 	}
 	if (e != NULL && !seckill_lock_live(e, GetCurrentTimestamp()))
 	{
@@ -325,7 +369,7 @@ seckill_unlock(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("this session does not hold lock \"%s\"", name),
 				 xact_held ? errhint("A lock taken with seckill_lock_xact() is released at the end of its transaction.") : 0));
-		PG_RETURN_BOOL(false);
+		return false;
 	}
 	if (lost)
 		seckill_lock_wake_keeper();
@@ -340,7 +384,7 @@ seckill_unlock(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("lock \"%s\" could not be released now: %s", name, reply.message),
 					 errhint("The seckill worker releases it when Redis answers again; until then its lease runs out by itself.")));
-			PG_RETURN_BOOL(false);
+			return false;
 		}
 		reply = seckill_reply_checked(request.kind, reply);
 		lost = reply.values[0] != 1;
@@ -352,9 +396,168 @@ seckill_unlock(PG_FUNCTION_ARGS)
 				 errmsg("the lease of lock \"%s\" had run out before it was released", name),
 				 errdetail("Another session may have held the lock meanwhile; writes it protects are safe only behind seckill_fence_check()."),
 				 errhint("Give the lock a longer lease, or pass NULL for the worker to renew it.")));
-		PG_RETURN_BOOL(false);
+		return false;
 	}
-	PG_RETURN_BOOL(true);
+	return true;
+}
+
+/* seckill_unlock(name text) RETURNS boolean: unlock_one() */
+Datum
+seckill_unlock(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(unlock_one(seckill_id_arg(fcinfo, 0, "name", SK_LOCK_NAME_LEN)));
+}
+
+/* The most names seckill_lock_all takes at once. */
+#define MAX_LOCK_NAMES 100
+
+/*
+ * The names argument of seckill_lock_all and seckill_unlock_all: 1 to
+ * MAX_LOCK_NAMES distinct lock names.  Returns them in *names, and in
+ * *order their indexes sorted by name: the order they are taken in.
+ */
+static int
+names_arg(FunctionCallInfo fcinfo, int argno, char ***names, int **order)
+{
+	ArrayType  *a;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("names must not be null")));
+	a = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(a) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("names must be a one-dimensional array")));
+	deconstruct_array(a, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	if (n == 0 || n > MAX_LOCK_NAMES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("names must hold 1 to %d lock names", MAX_LOCK_NAMES),
+				 errdetail("It holds %d.", n)));
+	*names = palloc(sizeof(char *) * n);
+	*order = palloc(sizeof(int) * n);
+	for (int i = 0; i < n; i++)
+	{
+		int			len;
+
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("names must not hold a null")));
+		len = VARSIZE_ANY_EXHDR(DatumGetPointer(elems[i]));
+		if (len == 0 || len > SK_LOCK_NAME_LEN)
+			ereport(ERROR,
+					(errcode(len == 0 ? ERRCODE_INVALID_PARAMETER_VALUE : ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+					 errmsg("lock name %d of names is %s", i + 1, len == 0 ? "empty" : "too long"),
+					 errdetail("A lock name is 1 to %d bytes long.", SK_LOCK_NAME_LEN)));
+		(*names)[i] = TextDatumGetCString(elems[i]);
+	}
+	/* insertion sort: few names */
+	for (int i = 0; i < n; i++)
+	{
+		int			j = i;
+
+		for (; j > 0 && strcmp((*names)[(*order)[j - 1]], (*names)[i]) > 0; j--)
+			(*order)[j] = (*order)[j - 1];
+		(*order)[j] = i;
+		if (j > 0 && strcmp((*names)[(*order)[j - 1]], (*names)[i]) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("names holds lock \"%s\" twice", (*names)[i])));
+	}
+	return n;
+}
+
+/*
+ * After an error: this session's locks names[order[0..n-1]] (session
+ * scope) are handed to the worker to release, the last taken first; those
+ * held before (counted) are held once less.  Raises no error.
+ */
+static void
+hand_back_taken(char **names, const int *order, int n)
+{
+	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
+	for (int i = n - 1; i >= 0; i--)
+	{
+		SeckillLockEntry *e = own_lock(names[order[i]], false);
+
+		if (e != NULL && e->depth > 1)
+			e->depth--;
+		else if (e != NULL)
+			e->state = LOCK_RELEASE;
+	}
+	LWLockRelease(seckill_lock_table->lock);
+	seckill_lock_wake_keeper();
+}
+
+/*
+ * seckill_lock_all(names text[], wait interval DEFAULT '0', lease interval
+ *		DEFAULT NULL) RETURNS bigint[]: the session locks of all the names,
+ *		their fencing tokens in the order of names; or NULL, holding none of
+ *		them, when they could not all be had within wait.  They are taken one
+ *		by one in the order of their names (by byte), whatever the order
+ *		given, so that sessions taking overlapping sets never wait for each
+ *		other in a circle; wait bounds the whole call.
+ */
+Datum
+seckill_lock_all(PG_FUNCTION_ARGS)
+{
+	char	  **names;
+	int		   *order;
+	int			n = names_arg(fcinfo, 0, &names, &order);
+	long		wait_ms = interval_ms_arg(fcinfo, 1, "wait", 0);
+	long		lease_ms = lease_arg(fcinfo, 2);
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms);
+	int64	   *tokens = palloc(sizeof(int64) * n);
+	Datum	   *values = palloc(sizeof(Datum) * n);
+	volatile int taken = 0;
+
+	prepare_session();
+	PG_TRY();
+	{
+		while (taken < n && take_lock(names[order[taken]], false, deadline, lease_ms,
+									  PG_ARGISNULL(2), &tokens[order[taken]]))
+			taken++;
+	}
+	PG_CATCH();
+	{
+		hand_back_taken(names, order, taken);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (taken < n)
+	{
+		/* all or none: the last taken first */
+		for (int i = taken - 1; i >= 0; i--)
+			(void) unlock_one(names[order[i]]);
+		PG_RETURN_NULL();
+	}
+	for (int i = 0; i < n; i++)
+		values[i] = Int64GetDatum(tokens[i]);
+	PG_RETURN_ARRAYTYPE_P(construct_array(values, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+/*
+ * seckill_unlock_all(names text[]) RETURNS boolean: seckill_unlock() of each
+ *		name, the last taken first; true when every one was released (or
+ *		held once less), false, with a WARNING for each, otherwise.
+ */
+Datum
+seckill_unlock_all(PG_FUNCTION_ARGS)
+{
+	char	  **names;
+	int		   *order;
+	int			n = names_arg(fcinfo, 0, &names, &order);
+	bool		all = true;
+
+	for (int i = n - 1; i >= 0; i--)
+		all = unlock_one(names[order[i]]) && all;
+	PG_RETURN_BOOL(all);
 }
 
 static const char *

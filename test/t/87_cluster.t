@@ -4,7 +4,8 @@
 # is pointed at one master as its seed (seckill.redis_cluster) and:
 #  1. sells campaigns living on every master and a campaign of 6 stock shards
 #     spread over them, under 64 connections, to the last item;
-#  2. takes 30 SQL locks whose names live on every master;
+#  2. takes 30 SQL locks whose names live on every master, one by one and
+#     all or none;
 #  3. sells on while a campaign's slot moves to another master phase by
 #     phase (importing, keys migrating, ASK, MOVED): the answers of each
 #     phase are printed, and none may be an error (a purchase whose keys are
@@ -208,6 +209,17 @@ session_end "$(locks "seckill_unlock(name)")"
 is "$(tail -1 "$SESSION_OUT")" 30 "their holder releases them all"
 is "$(psql -XAtq -c "$(locks "seckill_lock(name) IS NOT NULL")" -c "$(locks "seckill_unlock(name)")" | paste -sd/)" \
 	30/30 "then another session takes and releases them all"
+# all or none across the masters
+all="(SELECT array_agg('cluster-lock-' || i ORDER BY i) FROM generate_series(1, 30) i)"
+session_hold "SELECT seckill_lock('cluster-lock-17') IS NOT NULL;"
+is "$(psql -XAtq -c "SELECT seckill_lock_all($all) IS NULL" \
+	-c "SELECT count(*) FROM seckill.locks WHERE owner_pid = pg_backend_pid()" | paste -sd/)" t/0 \
+	"seckill_lock_all of the 30 names while another session holds one of them: NULL, none held"
+session_end "SELECT seckill_unlock('cluster-lock-17');"
+is "$(psql -XAtq -c "SELECT array_length(seckill_lock_all($all), 1)" \
+	-c "SELECT count(*) FROM seckill.locks WHERE owner_pid = pg_backend_pid() AND state = 'held'" \
+	-c "SELECT seckill_unlock_all($all)" | paste -sd/)" 30/30/t \
+	"once it is free, all 30 on every master taken as one, and released"
 
 # 3. A slot moved mid-sale, phase by phase
 sale_begin "$goods-move" 40000

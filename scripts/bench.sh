@@ -24,6 +24,10 @@
 #   7a seckill_lock + seckill_unlock
 #   7b pg_advisory_lock + pg_advisory_unlock
 #   7c seckill_lock_all + seckill_unlock_all of three names
+# and, through PgBouncer (transaction pooling, 64 server connections), many
+# clients at once (1,024; 64 with --smoke), durable:
+#   2p naive PostgreSQL
+#   4p seckill_buy while stock lasts
 # Rows 2-4 run durable (synchronous_commit = on); their "off" figures are an
 # extra column (the worker commits durably whatever the setting, so for row 4
 # it only changes the callers' sessions).  Prints a Markdown table with ratios to rows 1 and 2, the
@@ -51,6 +55,9 @@ while [ $# -gt 0 ]; do
 	esac
 done
 
+SECKILL_PACKAGES+=(pgbouncer)
+bouncer_clients=1024
+[ "$seconds" -le 1 ] && bouncer_clients=64
 servers_of_our_own=0
 if [ -z "${SECKILL_TMP:-}" ]; then
 	seckill_install_deps
@@ -240,6 +247,37 @@ for c in $clients; do
 	cell 7b on "$c" advisory.sql
 	cell 7c on "$c" lock_all.sql
 done
+
+# Many clients through PgBouncer, in transaction pooling: the statements go
+# unprepared (PgBouncer 1.18 keeps no prepared statements across server
+# connections).  Each client is a socket for pgbench and for PgBouncer.
+ulimit -n $((bouncer_clients + 1024)) 2>/dev/null ||
+	{ echo "seckill: the open files limit is below $((bouncer_clients + 1024)): raise it (ulimit -Hn)" >&2; exit 1; }
+bouncer_dir=$(mktemp -d -p "$SECKILL_TMP")
+bouncer_port=$((PGPORT + 9))
+cat >"$bouncer_dir/pgbouncer.ini" <<INI
+[databases]
+${PGDATABASE:-postgres} = host=127.0.0.1 port=$PGPORT user=postgres
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $bouncer_port
+unix_socket_dir =
+auth_type = any
+pool_mode = transaction
+default_pool_size = 64
+max_client_conn = $((bouncer_clients + 64))
+pidfile = $bouncer_dir/pid
+logfile = $bouncer_dir/pgbouncer.log
+INI
+chown -R postgres "$bouncer_dir"
+runuser -u postgres -- pgbouncer -d "$bouncer_dir/pgbouncer.ini" ||
+	{ echo "seckill: PgBouncer did not start on port $bouncer_port" >&2; exit 1; }
+seckill_wait_for "psql -XAtq -p $bouncer_port -c 'SELECT 1' >/dev/null 2>&1" 10 ||
+	{ cat "$bouncer_dir/pgbouncer.log" >&2; exit 1; }
+PGPORT=$bouncer_port SECKILL_PGBENCH_PROTOCOL=simple cell 2p on "$bouncer_clients" naive.sql
+PGPORT=$bouncer_port SECKILL_PGBENCH_PROTOCOL=simple cell 4p on "$bouncer_clients" buy.sql
+kill "$(cat "$bouncer_dir/pid")"
+
 set_sync off
 for c in $clients; do
 	cell 2 off "$c" naive.sql
@@ -407,6 +445,25 @@ purchases=$((p1 - p0))
 	echo "|---|---|---:|---:|---:|---:|---:|"
 	table "4s 4c" "one node;Redis Cluster, 3 masters" "4s" 0
 	echo
+	echo "Many clients through PgBouncer (transaction pooling, 64 server connections), durable, against row 4 at"
+	echo "the most clients measured directly:"
+	echo
+	echo "| row | what | clients | calls/s | p50 ms | p99 ms | × row 4 |"
+	echo "|---|---|---:|---:|---:|---:|---:|"
+	awk '
+		BEGIN { name["2p"] = "naive UPDATE + INSERT"; name["4p"] = "seckill_buy, stock lasts" }
+		$1 == "4" && $2 == "on" && $3 + 0 >= direct { direct = $3 + 0; base = $4 }
+		$1 == "2p" || $1 == "4p" { c[$1] = $3; tps[$1] = $4; p50[$1] = $5; p99[$1] = $6 }
+		END {
+			split("2p 4p", rows, " ")
+			for (r = 1; r <= 2; r++) {
+				k = rows[r]
+				if (!(k in tps)) continue
+				printf "| %s | %s | %s | %s | %s | %s | %s |\n", k, name[k], c[k], tps[k], p50[k], p99[k],
+					(base > 0 ? sprintf("%.2f (row 4 at %d clients: %d)", tps[k] / base, direct, base) : "–")
+			}
+		}' "$results"
+	echo
 	echo "Distributed locks, uncontended (each client its own name), a cycle of lock and unlock per call:"
 	echo
 	echo "| row | lock | clients | cycles/s | p50 ms | p99 ms | × row 7b |"
@@ -414,12 +471,13 @@ purchases=$((p1 - p0))
 	table "7a 7b 7c" "seckill_lock + seckill_unlock;pg_advisory_lock + pg_advisory_unlock;seckill_lock_all + seckill_unlock_all, 3 names" "7b" 0
 	echo
 	echo "Where the CPU goes: µs of CPU per call in each cell (the worker's, Redis', pgbench's, and the rest:"
-	echo "the callers' sessions, the other PostgreSQL processes, the kernel), the share of the $(nproc) cores"
-	echo "idle and stolen by the host, and the calls/s the cell's mix would reach with every core busy:"
+	echo "the callers' sessions, the other PostgreSQL processes, the kernel), all of it in units of row 1's"
+	echo "(a SELECT 1) at as many clients, the share of the $(nproc) cores idle and stolen by the host, and the"
+	echo "calls/s the cell's mix would reach with every core busy:"
 	echo
-	echo "| row | clients | calls/s | worker | Redis | pgbench | the rest | all | idle | stolen | calls/s, cores busy |"
-	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-	awk -v clients="$clients" -v rows="1 2 3 4 4r 4t 4s 5" -v cores="$(nproc)" '
+	echo "| row | clients | calls/s | worker | Redis | pgbench | the rest | all | all, × row 1 | idle | stolen | calls/s, cores busy |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	awk -v clients="$clients" -v rows="1 1s 1f 1g 1j 2 3 4 4r 4t 4s 4c 5 7a 7b 7c 2p 4p" -v cores="$(nproc)" '
 		BEGIN { n = split(clients, cl, " "); nr = split(rows, row, " ") }
 		$2 == "on" { k = $1 " " $3; seen[k] = 1; calls[k] = $4; w[k] = $5; r[k] = $6; p[k] = $7; x[k] = $8; i[k] = $9; s[k] = $10 }
 		END {
@@ -428,9 +486,12 @@ purchases=$((p1 - p0))
 					k = row[a] " " cl[b]
 					if (!(k in seen) || calls[k] == 0) continue
 					all = w[k] + r[k] + p[k] + x[k]; wall = all + i[k] + s[k]
-					printf "| %s | %s | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f %% | %.0f %% | %.0f |\n",
+					one = "1 " cl[b]
+					unit = (one in seen && calls[one] > 0) ? (w[one] + r[one] + p[one] + x[one]) / calls[one] : 0
+					printf "| %s | %s | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %.0f %% | %.0f %% | %.0f |\n",
 						row[a], cl[b], calls[k] * cores / wall, w[k] * 1e6 / calls[k], r[k] * 1e6 / calls[k],
 						p[k] * 1e6 / calls[k], x[k] * 1e6 / calls[k], all * 1e6 / calls[k],
+						(unit > 0 ? sprintf("%.2f", all / calls[k] / unit) : "–"),
 						100 * i[k] / wall, 100 * s[k] / wall, calls[k] * cores / all
 				}
 		}' "$cpu"

@@ -311,7 +311,7 @@ seckill_pgbench() {
 	mkdir -p "$dir"
 	# times, in a subshell of its own, counts pgbench's CPU and nothing else
 	(
-		pgbench -n -M prepared -c "$clients" -j "$(nproc)" "${limit[@]}" -f "$script" \
+		pgbench -n -M "${SECKILL_PGBENCH_PROTOCOL:-prepared}" -c "$clients" -j "$(nproc)" "${limit[@]}" -f "$script" \
 			--log --log-prefix="$dir/txn" >"$dir/pgbench.out" 2>&1
 		rc=$?
 		times >"$dir/cpu" # not in a pipeline: its subshell would count nothing

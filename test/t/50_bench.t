@@ -14,6 +14,9 @@ ok "grep -q '^Invariants: no oversell, no double purchase' '$out/bench.log'" "it
 for row in 1 1s 1f 1g 1j 2 3 4 4s 4c 5 6a 6b 7a 7b 7c; do
 	ok "grep -Eq '^\\| $row \\| .* \\| 8 \\| [0-9]+ \\|' '$out/results.md'" "row $row measured"
 done
+for row in 2p 4p; do
+	ok "grep -Eq '^\\| $row \\| .* \\| 64 \\| [0-9]+ \\|' '$out/results.md'" "row $row measured, 64 clients through PgBouncer"
+done
 ok "grep -q 'per 1,000 purchases' '$out/results.md'" "the worker's counters are reported"
 # row 4's CPU line: the worker and Redis worked for it, row 1's worker hardly
 ok "grep -Eq '^\\| 4 \\| 8 \\| [0-9]+ \\| [0-9]*[1-9][0-9]*\\.[0-9] \\| [0-9]*[1-9][0-9]*\\.[0-9] \\|' '$out/results.md'" \

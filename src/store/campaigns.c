@@ -208,6 +208,51 @@ store_set_database_mode(bool on)
 }
 
 /*
+ * In a transaction of its own: the timeline this server was fenced by, as
+ * seckill.worker_state remembers it; 0 when never, -1 when it cannot be read
+ * (the extension not installed, or its SQL older than the library).
+ */
+int64
+store_fenced_by(void)
+{
+	int64		by = -1;
+
+	store_begin("seckill: read the worker's state");
+	store_run("SELECT extversion = '" SECKILL_SQL_VERSION "' FROM pg_catalog.pg_extension "
+			  "WHERE extname = 'seckill'", 0, NULL, NULL, SPI_OK_SELECT);
+	if (SPI_processed > 0 && sql_version_matches())
+	{
+		bool		isnull;
+
+		store_run("SELECT pg_catalog.max(fenced_by_timeline) FROM seckill.worker_state",
+				  0, NULL, NULL, SPI_OK_SELECT);
+		by = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		if (isnull)
+			by = 0;
+	}
+	store_commit();
+	return by;
+}
+
+/*
+ * In a transaction of its own: remember that a server of a timeline at
+ * least timeline sells through this Redis, so that this one stays fenced
+ * across restarts, whatever Redis keeps.
+ */
+void
+store_remember_fence(int64 timeline)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(timeline)};
+
+	store_begin("seckill: remember the fence");
+	store_run("UPDATE seckill.worker_state SET fenced_by_timeline = "
+			  "GREATEST(fenced_by_timeline, $1), changed_at = pg_catalog.now()",
+			  1, types, values, SPI_OK_UPDATE);
+	store_commit();
+}
+
+/*
  * Every preheated campaign, as SeckillCampaignRow *, in a transaction of its own;
  * none while the extension is not installed (the worker starts before it
  * may be).

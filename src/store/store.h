@@ -51,6 +51,8 @@ extern bool store_campaign_by_goods(const char *goods, SeckillCampaignRow *row);
 extern List *store_preheated_campaigns(void);
 extern void store_token_secret_load(int64 campaign_id, SeckillLimits *limits);
 extern void store_set_database_mode(bool on);
+extern int64 store_fenced_by(void);
+extern void store_remember_fence(int64 timeline);
 extern List *store_buyers_page(int64 campaign_id, bool cancelled, const char *after, int limit);
 extern int64 store_buyer_count(int64 campaign_id, bool rebuy_after_cancel);
 extern void store_set_state(int64 campaign_id, const char *state);

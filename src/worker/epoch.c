@@ -11,7 +11,9 @@
  * promoted primary's orders.  A primary left behind by a failover (an older
  * timeline, restarted on its own or cut off while it ran) is fenced: the
  * scripts refuse its purchases, give-backs, restocks and loads, and the
- * worker stops selling, replaying and reconciling until it restarts.
+ * worker stops selling, replaying and reconciling until it restarts; and
+ * it remembers the fence in PostgreSQL, to stay fenced after a restart
+ * whatever Redis keeps (sk_epoch_recall).
  *
  * Order ids: each block is recorded in Redis before its first id is used.
  * A promoted primary whose sequence lost the last blocks to asynchronous
@@ -22,6 +24,7 @@
  */
 #include "worker/epoch.h"
 
+#include "access/xact.h"
 #include "access/xlog.h"
 #include "layout/keys.h"
 #include "layout/scripts.h"
@@ -35,6 +38,13 @@ static char epoch_arg[16];
 
 /* Set when Redis records a newer epoch than ours; until the worker restarts. */
 static bool fenced = false;
+
+/*
+ * A fence learned from Redis and not yet remembered in PostgreSQL; whether
+ * the fence PostgreSQL remembers was read since the worker started.
+ */
+static bool fence_unremembered = false;
+static bool recalled = false;
 
 /* The campaigns a take-over marked stale, for the worker to rebuild. */
 static int64 *taken_over = NULL;
@@ -65,12 +75,51 @@ sk_epoch_fence(const char *what)
 	if (fenced)
 		return;
 	fenced = true;
+	fence_unremembered = true;
 	/* backends stop answering from their cache too */
 	seckill_shared->fenced = true;
 	ereport(WARNING,
 			(errmsg("seckill worker stops selling until it restarts: a newer timeline than its own (%u) sells through this Redis (%s)",
 					timeline, what),
 			 errhint("This server was the primary before a failover. Rejoin it as a standby of the new primary (pg_rewind).")));
+}
+
+/*
+ * Outside a transaction, before the worker uses Redis or sells without it:
+ * take up the fence PostgreSQL remembers (seckill.worker_state), once after
+ * the worker starts, and remember a fence learned from Redis since.  A
+ * primary left behind by a failover thus stays fenced across its restarts
+ * even when Redis has lost the newer epoch meanwhile (restarted empty,
+ * flushed, failed over to a replica that missed it), until it is rewound
+ * and promoted again: then its timeline is past the one remembered.
+ */
+void
+sk_epoch_recall(void)
+{
+	(void) sk_epoch_arg();		/* sets timeline */
+	if (IsTransactionState())
+		return;					/* at the next gate */
+	if (!recalled)
+	{
+		int64		by = store_fenced_by();
+
+		recalled = by >= 0;
+		if (by > (int64) timeline && !fenced)
+		{
+			fenced = true;
+			seckill_shared->fenced = true;
+			ereport(WARNING,
+					(errmsg("seckill worker does not sell: this server was fenced by timeline " INT64_FORMAT " or newer, and its own is %u",
+							by, timeline),
+					 errdetail("A newer primary sold through the same Redis since a failover; seckill.worker_state remembers it, whatever Redis keeps."),
+					 errhint("Rejoin this server as a standby of the new primary (pg_rewind).")));
+		}
+	}
+	if (fence_unremembered && recalled)
+	{
+		store_remember_fence((int64) timeline + 1);
+		fence_unremembered = false;
+	}
 }
 
 void
@@ -175,9 +224,9 @@ sk_epoch_check(void)
 	char	   *why = NULL;
 	const char *stale = NULL;
 
+	sk_epoch_recall();
 	if (fenced)
 		return false;
-	(void) sk_epoch_arg();		/* sets timeline */
 	sk_pipeline_init(&p);
 	sk_pipeline_add(&p, 2, (const char *[]) {"GET", keys[0]}, NULL);
 	sk_pipeline_add(&p, 2, (const char *[]) {"GET", keys[1]}, NULL);
@@ -189,6 +238,7 @@ sk_epoch_check(void)
 	if (recorded > (int64) timeline)
 	{
 		sk_epoch_fence("recorded in Redis");
+		sk_epoch_recall();		/* remembered at once */
 		return false;
 	}
 	if (recorded != 0 && recorded < (int64) timeline)
@@ -220,6 +270,7 @@ sk_epoch_check(void)
 	if (r[0].integer > (int64) timeline)
 	{
 		sk_epoch_fence("recorded in Redis");
+		sk_epoch_recall();		/* remembered at once */
 		return false;
 	}
 	return true;

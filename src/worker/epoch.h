@@ -15,6 +15,7 @@ extern const char *sk_epoch_arg(void);
 extern bool sk_epoch_check(void);
 extern bool sk_epoch_fenced(void);
 extern void sk_epoch_fence(const char *what);
+extern void sk_epoch_recall(void);
 extern void sk_epoch_reply_fenced(SeckillReply *reply);
 extern int64 sk_epoch_record_ids(int64 first, int64 last);
 extern int	sk_epoch_stale_campaigns(const int64 **ids);

@@ -399,6 +399,8 @@ replay_all(void)
 bool
 sk_journal_ready(void)
 {
+	/* a fence remembered in PostgreSQL holds with or without Redis */
+	sk_epoch_recall();
 	if (!sk_redis_connect())
 		return false;
 	if (needs_replay || replayed_generation != sk_redis_generation())

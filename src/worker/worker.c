@@ -229,11 +229,11 @@ rebuild_stale_campaigns(void)
 }
 
 /*
- * What comes between rounds: the campaign cache, Redis' connection, the
- * replays, the rebuilds a promotion or the way back from database mode
- * asks for, the locks' watchdog, a kept lease, the blocked replays and the
- * audit.  Milliseconds until the kept lease is given back, if its caller
- * asks no more (-1: none is kept).
+ * What comes between rounds: the campaign cache, the fence remembered in
+ * PostgreSQL, Redis' connection, the replays, the rebuilds a promotion or
+ * the way back from database mode asks for, the locks' watchdog, a kept
+ * lease, the blocked replays and the audit.  Milliseconds until the kept
+ * lease is given back, if its caller asks no more (-1: none is kept).
  */
 static long
 between_rounds(void)
@@ -243,6 +243,9 @@ between_rounds(void)
 
 	if (!sk_installation_loaded())
 		(void) sk_installation_current();
+	/* a fence learned during the round, remembered in PostgreSQL */
+	if (sk_installation_loaded())
+		sk_epoch_recall();
 	sk_redis_watch();
 	if (sk_journal_needs_replay())
 		(void) sk_journal_ready();

@@ -9,7 +9,9 @@
 #     agrees with the new primary without a reconcile, the lost reservations
 #     are logged as compensations, the invariants hold, a fresh sale works;
 #  2. the old primary restarted on its own next to the same Redis refuses to
-#     sell (55P03, pg_rewind in the hint) and leaves Redis alone;
+#     sell (55P03, pg_rewind in the hint) and leaves Redis alone; it
+#     remembers the fence, and restarted once more after Redis lost every
+#     key of the prefix, it still refuses and writes no epoch;
 #  3. a standby says at once that it is in recovery;
 #  4. sync: a new standby with synchronous_standby_names = '*', the same
 #     crash: no acked order is lost; the cost in throughput is printed.
@@ -275,10 +277,37 @@ diag "old primary: seckill_reconcile() -> $old_reconcile"
 ok "[ $rc -ne 0 ] || [ '$old_reconcile' = 0 ]" "old primary: seckill_reconcile() fails or repairs nothing"
 is "$(agrees "$new" "$goods")" t "the new primary's Redis still agrees with it (no flip)" ||
 	diag "$(figures "$new" "$goods")"
+# the worker remembers the fence between its rounds, after it answered
+remembered() { [ "$(val "$primary_port" "SELECT fenced_by_timeline FROM seckill.worker_state")" = 2 ]; }
+seckill_wait_for remembered 10
+ok "[ $? -eq 0 ]" "old primary: seckill.worker_state remembers that timeline 2 fenced it"
 pgctl primary -w -m fast stop >/dev/null
 
-is "$(val "$new" "SELECT status FROM seckill_buy('fresh-1', '$goods')" 2>&1)" ok \
-	"a fresh sale on the new primary answers ok"
+# Redis loses the newer epoch (every key of the prefix gone), then the old
+# primary comes back once more: it stays fenced, and writes nothing to Redis
+redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" --scan --pattern "$prefix:*" |
+	xargs -r redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" del >/dev/null
+epoch_key="$prefix:{$prefix}:epoch"
+is "$(redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" exists "$epoch_key")" 0 "Redis lost every key of the prefix, the epoch too"
+pgctl primary -w start >/dev/null && seckill_wait_for "ready $primary_port" 30
+ok "[ $? -eq 0 ]" "old primary restarted once more, next to the emptied Redis" || finish
+tries=0
+seckill_wait_for old_buy 30
+diag "old primary, call $tries: $old_answer"
+grep -q 'ERROR:  55P03:' <<<"$old_answer"
+ok "[ $? -eq 0 ]" "old primary: still fenced (55P03), from what PostgreSQL remembers"
+epoch_now=$(redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" get "$epoch_key")
+ok "[ '$epoch_now' != 1 ]" "old primary: it did not record its timeline as Redis' epoch (epoch now: ${epoch_now:-none})"
+pgctl primary -w -m fast stop >/dev/null
+
+# the new primary finds its campaign gone from Redis and rebuilds it
+fresh_n=0
+fresh() {
+	fresh_n=$((fresh_n + 1))
+	[ "$(val "$new" "SELECT status FROM seckill_buy('fresh-$fresh_n', '$goods')" 2>&1)" = ok ]
+}
+seckill_wait_for fresh 30
+ok "[ $? -eq 0 ]" "a fresh sale on the new primary answers ok"
 
 # 4. Sync: a new standby of the new primary, then the same crash
 standby sync "$new" "$sync_port"

@@ -270,13 +270,29 @@ pidfile = $bouncer_dir/pid
 logfile = $bouncer_dir/pgbouncer.log
 INI
 chown -R postgres "$bouncer_dir"
-runuser -u postgres -- pgbouncer -d "$bouncer_dir/pgbouncer.ini" ||
+bouncer_end() {
+	[ -f "$bouncer_dir/pid" ] && kill "$(cat "$bouncer_dir/pid")" 2>/dev/null
+	rm -f "$bouncer_dir/pid"
+}
+if [ "$servers_of_our_own" = 1 ]; then
+	trap 'bouncer_end; seckill_on_exit' EXIT
+else
+	trap bouncer_end EXIT
+fi
+# runuser's PAM session resets the soft limit of open files: raised again
+runuser -u postgres -- sh -c 'ulimit -n "$1" && exec pgbouncer -d "$2"' sh "$((bouncer_clients + 1024))" \
+	"$bouncer_dir/pgbouncer.ini" ||
 	{ echo "seckill: PgBouncer did not start on port $bouncer_port" >&2; exit 1; }
 seckill_wait_for "psql -XAtq -p $bouncer_port -c 'SELECT 1' >/dev/null 2>&1" 10 ||
 	{ cat "$bouncer_dir/pgbouncer.log" >&2; exit 1; }
 PGPORT=$bouncer_port SECKILL_PGBENCH_PROTOCOL=simple cell 2p on "$bouncer_clients" naive.sql
 PGPORT=$bouncer_port SECKILL_PGBENCH_PROTOCOL=simple cell 4p on "$bouncer_clients" buy.sql
-kill "$(cat "$bouncer_dir/pid")"
+bouncer_end
+if [ "$servers_of_our_own" = 1 ]; then
+	trap seckill_on_exit EXIT
+else
+	trap - EXIT
+fi
 
 set_sync off
 for c in $clients; do
@@ -477,7 +493,7 @@ purchases=$((p1 - p0))
 	echo
 	echo "| row | clients | calls/s | worker | Redis | pgbench | the rest | all | all, × row 1 | idle | stolen | calls/s, cores busy |"
 	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-	awk -v clients="$clients" -v rows="1 1s 1f 1g 1j 2 3 4 4r 4t 4s 4c 5 7a 7b 7c 2p 4p" -v cores="$(nproc)" '
+	awk -v clients="$clients $bouncer_clients" -v rows="1 1s 1f 1g 1j 2 3 4 4r 4t 4s 4c 5 7a 7b 7c 2p 4p" -v cores="$(nproc)" '
 		BEGIN { n = split(clients, cl, " "); nr = split(rows, row, " ") }
 		$2 == "on" { k = $1 " " $3; seen[k] = 1; calls[k] = $4; w[k] = $5; r[k] = $6; p[k] = $7; x[k] = $8; i[k] = $9; s[k] = $10 }
 		END {

@@ -254,7 +254,12 @@ done
 ulimit -n $((bouncer_clients + 1024)) 2>/dev/null ||
 	{ echo "seckill: the open files limit is below $((bouncer_clients + 1024)): raise it (ulimit -Hn)" >&2; exit 1; }
 bouncer_dir=$(mktemp -d -p "$SECKILL_TMP")
-bouncer_port=$((PGPORT + 9))
+# below 32768, the kernel's ephemeral ports: no client socket holds it
+bouncer_port=${SECKILL_BENCH_BOUNCER_PORT:-$((PGPORT % 10000 + 16000))}
+if (exec 3<>"/dev/tcp/127.0.0.1/$bouncer_port") 2>/dev/null; then
+	seckill_die "port $bouncer_port is in use (set SECKILL_BENCH_BOUNCER_PORT)"
+	exit 1
+fi
 cat >"$bouncer_dir/pgbouncer.ini" <<INI
 [databases]
 ${PGDATABASE:-postgres} = host=127.0.0.1 port=$PGPORT user=postgres

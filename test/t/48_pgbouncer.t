@@ -13,7 +13,10 @@ set -uo pipefail
 
 redis_pid=$(cat "$SECKILL_TMP/redis.pid")
 bouncer_dir=$(mktemp -d -p "$SECKILL_TMP")
-bouncer_port=$((PGPORT + 3))
+# Below 32768, the start of the kernel's range of ephemeral ports: a client
+# socket of the tests before never holds it.
+bouncer_port=${SECKILL_BOUNCER_PORT:-$((PGPORT % 10000 + 17000))}
+ports_free SECKILL_BOUNCER_PORT "$bouncer_port"
 trap 'kill -CONT "$redis_pid" 2>/dev/null; [ -f "$bouncer_dir/pid" ] && kill "$(cat "$bouncer_dir/pid")" 2>/dev/null' EXIT
 
 cat >"$bouncer_dir/pgbouncer.ini" <<INI

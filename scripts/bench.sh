@@ -251,8 +251,8 @@ done
 # Many clients through PgBouncer, in transaction pooling: the statements go
 # unprepared (PgBouncer 1.18 keeps no prepared statements across server
 # connections).  Each client is a socket for pgbench and for PgBouncer.
-ulimit -n $((bouncer_clients + 1024)) 2>/dev/null ||
-	{ echo "seckill: the open files limit is below $((bouncer_clients + 1024)): raise it (ulimit -Hn)" >&2; exit 1; }
+ulimit -n $((bouncer_clients + 2048)) 2>/dev/null ||
+	{ echo "seckill: the open files limit is below $((bouncer_clients + 2048)): raise it (ulimit -Hn)" >&2; exit 1; }
 bouncer_dir=$(mktemp -d -p "$SECKILL_TMP")
 # below 32768, the kernel's ephemeral ports: no client socket holds it
 bouncer_port=${SECKILL_BENCH_BOUNCER_PORT:-$((PGPORT % 10000 + 16000))}
@@ -260,21 +260,6 @@ if (exec 3<>"/dev/tcp/127.0.0.1/$bouncer_port") 2>/dev/null; then
 	seckill_die "port $bouncer_port is in use (set SECKILL_BENCH_BOUNCER_PORT)"
 	exit 1
 fi
-cat >"$bouncer_dir/pgbouncer.ini" <<INI
-[databases]
-${PGDATABASE:-postgres} = host=127.0.0.1 port=$PGPORT user=postgres
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = $bouncer_port
-unix_socket_dir =
-auth_type = any
-pool_mode = transaction
-default_pool_size = 64
-max_client_conn = $((bouncer_clients + 64))
-pidfile = $bouncer_dir/pid
-logfile = $bouncer_dir/pgbouncer.log
-INI
-chown -R postgres "$bouncer_dir"
 bouncer_end() {
 	[ -f "$bouncer_dir/pid" ] && kill "$(cat "$bouncer_dir/pid")" 2>/dev/null
 	rm -f "$bouncer_dir/pid"
@@ -284,12 +269,8 @@ if [ "$servers_of_our_own" = 1 ]; then
 else
 	trap bouncer_end EXIT
 fi
-# runuser's PAM session resets the soft limit of open files: raised again
-runuser -u postgres -- sh -c 'ulimit -n "$1" && exec pgbouncer -d "$2"' sh "$((bouncer_clients + 1024))" \
-	"$bouncer_dir/pgbouncer.ini" ||
+seckill_pgbouncer_start "$bouncer_dir" "$bouncer_port" 64 "$((bouncer_clients + 64))" ||
 	{ echo "seckill: PgBouncer did not start on port $bouncer_port" >&2; exit 1; }
-seckill_wait_for "psql -XAtq -p $bouncer_port -c 'SELECT 1' >/dev/null 2>&1" 10 ||
-	{ cat "$bouncer_dir/pgbouncer.log" >&2; exit 1; }
 PGPORT=$bouncer_port SECKILL_PGBENCH_PROTOCOL=simple cell 2p on "$bouncer_clients" naive.sql
 PGPORT=$bouncer_port SECKILL_PGBENCH_PROTOCOL=simple cell 4p on "$bouncer_clients" buy.sql
 bouncer_end

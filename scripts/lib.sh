@@ -302,6 +302,34 @@ seckill_on_exit() {
 # and system seconds) in dir, and prints "calls/s latency-average p50 p99"
 # (ms).  Returns pgbench's status.
 # seconds may also be "-t N": N calls per client, however long they take.
+# seckill_pgbouncer_start dir port pool clients: PgBouncer in transaction
+# pooling in front of the suite's PostgreSQL, pool server connections for up
+# to clients clients; its pid in dir/pid, its log in dir/pgbouncer.log.
+# Returns once it answers, or 1 with its log.
+seckill_pgbouncer_start() {
+	local dir=$1 port=$2 pool=$3 clients=$4
+	cat >"$dir/pgbouncer.ini" <<INI
+[databases]
+${PGDATABASE:-postgres} = host=127.0.0.1 port=$PGPORT user=postgres
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $port
+unix_socket_dir =
+auth_type = any
+pool_mode = transaction
+default_pool_size = $pool
+max_client_conn = $clients
+pidfile = $dir/pid
+logfile = $dir/pgbouncer.log
+INI
+	chown -R postgres "$dir"
+	# runuser's PAM session resets the soft limit of open files: raised again
+	runuser -u postgres -- sh -c 'ulimit -n "$1" && exec pgbouncer -d "$2"' sh "$((clients + 1024))" \
+		"$dir/pgbouncer.ini" &&
+		seckill_wait_for "psql -XAtq -p $port -c 'SELECT 1' >/dev/null 2>&1" 10 ||
+		{ cat "$dir/pgbouncer.log" >&2 2>/dev/null; return 1; }
+}
+
 seckill_pgbench() {
 	local dir=$1 clients=$2 seconds=$3 script=$4 rc=0 tps avg pct limit
 	case $seconds in

@@ -19,23 +19,7 @@ bouncer_port=${SECKILL_BOUNCER_PORT:-$((PGPORT % 10000 + 17000))}
 ports_free SECKILL_BOUNCER_PORT "$bouncer_port"
 trap 'kill -CONT "$redis_pid" 2>/dev/null; [ -f "$bouncer_dir/pid" ] && kill "$(cat "$bouncer_dir/pid")" 2>/dev/null' EXIT
 
-cat >"$bouncer_dir/pgbouncer.ini" <<INI
-[databases]
-postgres = host=127.0.0.1 port=$PGPORT user=postgres
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = $bouncer_port
-unix_socket_dir =
-auth_type = any
-pool_mode = transaction
-default_pool_size = 8
-max_client_conn = 200
-pidfile = $bouncer_dir/pid
-logfile = $bouncer_dir/pgbouncer.log
-INI
-chown -R postgres "$bouncer_dir"
-runuser -u postgres -- pgbouncer -d "$bouncer_dir/pgbouncer.ini"
-seckill_wait_for "psql -XAtq -p $bouncer_port -c 'SELECT 1' >/dev/null 2>&1" 10
+seckill_pgbouncer_start "$bouncer_dir" "$bouncer_port" 8 200
 ok "[ $? -eq 0 ]" "PgBouncer in transaction pooling, 8 server connections"
 
 # Redis stalls shorter than the worker's wait for it: calls are slow, not failed

@@ -24,6 +24,13 @@
 #   7a seckill_lock + seckill_unlock
 #   7b pg_advisory_lock + pg_advisory_unlock
 #   7c seckill_lock_all + seckill_unlock_all of three names
+#   7d seckill_lock_fair + seckill_unlock
+#   7e seckill_lock_shared + seckill_unlock_shared, every client on one name
+# and, every client on one name, a lock that only one holds at a time: the
+# cycles/s are the grants/s, the latency a grant's wait in the queue
+#   7f seckill_lock(name, wait) + seckill_unlock
+#   7g seckill_lock_fair(name, wait) + seckill_unlock
+#   7h pg_advisory_lock + pg_advisory_unlock
 # and, through PgBouncer (transaction pooling, 64 server connections), many
 # clients at once (1,024; 64 with --smoke), durable:
 #   2p naive PostgreSQL
@@ -163,6 +170,26 @@ cat >"$work/advisory.sql" <<'SQL'
 SELECT pg_advisory_lock(:client_id);
 SELECT pg_advisory_unlock(:client_id);
 SQL
+cat >"$work/fair.sql" <<SQL
+SELECT seckill_lock_fair('bench-$run_id-' || :client_id) IS NOT NULL;
+SELECT seckill_unlock('bench-$run_id-' || :client_id);
+SQL
+cat >"$work/shared.sql" <<SQL
+SELECT seckill_lock_shared('bench-$run_id-shared') IS NOT NULL;
+SELECT seckill_unlock_shared('bench-$run_id-shared');
+SQL
+cat >"$work/lock_one.sql" <<SQL
+SELECT 1 / (seckill_lock('bench-$run_id-one', '60 s') IS NOT NULL)::int;
+SELECT seckill_unlock('bench-$run_id-one');
+SQL
+cat >"$work/fair_one.sql" <<SQL
+SELECT 1 / (seckill_lock_fair('bench-$run_id-fair-one', '60 s') IS NOT NULL)::int;
+SELECT seckill_unlock('bench-$run_id-fair-one');
+SQL
+cat >"$work/advisory_one.sql" <<'SQL'
+SELECT pg_advisory_lock(1);
+SELECT pg_advisory_unlock(1);
+SQL
 
 # synchronous_commit for every session and for the worker's commits
 set_sync() {
@@ -246,6 +273,11 @@ for c in $clients; do
 	cell 7a on "$c" lock.sql
 	cell 7b on "$c" advisory.sql
 	cell 7c on "$c" lock_all.sql
+	cell 7d on "$c" fair.sql
+	cell 7e on "$c" shared.sql
+	cell 7f on "$c" lock_one.sql
+	cell 7g on "$c" fair_one.sql
+	cell 7h on "$c" advisory_one.sql
 done
 
 # Many clients through PgBouncer, in transaction pooling: the statements go
@@ -470,7 +502,14 @@ purchases=$((p1 - p0))
 	echo
 	echo "| row | lock | clients | cycles/s | p50 ms | p99 ms | × row 7b |"
 	echo "|---|---|---:|---:|---:|---:|---:|"
-	table "7a 7b 7c" "seckill_lock + seckill_unlock;pg_advisory_lock + pg_advisory_unlock;seckill_lock_all + seckill_unlock_all, 3 names" "7b" 0
+	table "7a 7b 7c 7d 7e" "seckill_lock + seckill_unlock;pg_advisory_lock + pg_advisory_unlock;seckill_lock_all + seckill_unlock_all, 3 names;seckill_lock_fair + seckill_unlock;seckill_lock_shared + seckill_unlock_shared, one name for all" "7b" 0
+	echo
+	echo "Distributed locks, contended (every client waits for one name): cycles/s are grants/s, the"
+	echo "latency a grant's wait:"
+	echo
+	echo "| row | lock | clients | grants/s | p50 ms | p99 ms | × row 7h |"
+	echo "|---|---|---:|---:|---:|---:|---:|"
+	table "7f 7g 7h" "seckill_lock + seckill_unlock;seckill_lock_fair + seckill_unlock;pg_advisory_lock + pg_advisory_unlock" "7h" 0
 	echo
 	echo "Where the CPU goes: µs of CPU per call in each cell (the worker's, Redis', pgbench's, and the rest:"
 	echo "the callers' sessions, the other PostgreSQL processes, the kernel), all of it in units of row 1's"
@@ -479,7 +518,7 @@ purchases=$((p1 - p0))
 	echo
 	echo "| row | clients | calls/s | worker | Redis | pgbench | the rest | all | all, × row 1 | idle | stolen | calls/s, cores busy |"
 	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-	awk -v clients="$clients $bouncer_clients" -v rows="1 1s 1f 1g 1j 2 3 4 4r 4t 4s 4c 5 7a 7b 7c 2p 4p" -v cores="$(nproc)" '
+	awk -v clients="$clients $bouncer_clients" -v rows="1 1s 1f 1g 1j 2 3 4 4r 4t 4s 4c 5 7a 7b 7c 7d 7e 7f 7g 7h 2p 4p" -v cores="$(nproc)" '
 		BEGIN { n = split(clients, cl, " "); nr = split(rows, row, " ") }
 		$2 == "on" { k = $1 " " $3; seen[k] = 1; calls[k] = $4; w[k] = $5; r[k] = $6; p[k] = $7; x[k] = $8; i[k] = $9; s[k] = $10 }
 		END {

@@ -22,7 +22,7 @@
 #include "datatype/timestamp.h"
 
 /* The version of the extension's SQL objects this library works with. */
-#define SECKILL_SQL_VERSION "1.11"
+#define SECKILL_SQL_VERSION "1.12"
 
 /* Documented limits of ids, in bytes. */
 #define SECKILL_MAX_USER_LEN	128
@@ -106,6 +106,7 @@ extern int	seckill_max_campaigns;
 extern int	seckill_lock_lease;
 extern int	seckill_max_locks;
 extern int	seckill_lock_max_hold;
+extern int	seckill_lock_queue_lease;
 extern int	seckill_worker_lock_timeout;
 extern int	seckill_worker_statement_timeout;
 extern char *seckill_redlock_nodes;

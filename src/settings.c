@@ -32,6 +32,7 @@ int			seckill_worker_lock_timeout = 100;
 int			seckill_worker_statement_timeout = 10000;
 int			seckill_max_locks = 256;
 int			seckill_lock_max_hold = 3600 * 1000;
+int			seckill_lock_queue_lease = 1000;
 int			seckill_redis_unavailable = SK_UNAVAILABLE_ERROR;
 char	   *seckill_redlock_nodes = NULL;
 
@@ -198,6 +199,11 @@ seckill_define_gucs(void)
 							"Longest time the worker renews a SQL caller's lock; 0: no limit.",
 							"Past it the lease is no longer renewed and runs out.",
 							&seckill_lock_max_hold, 3600 * 1000, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.lock_queue_lease",
+							"How long a waiter's place in a fair lock's line, or its claim on a lock held shared, lasts after its last ask.",
+							"A waiting session asks again at least every 100 ms; a waiter that stops asking (its server stalled or died) loses its place after this long, and no longer blocks the line.",
+							&seckill_lock_queue_lease, 1000, 200, 60 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomEnumVariable("seckill.redis_unavailable",
 							 "What purchases do while Redis cannot be reached: error, or database.",

@@ -2,11 +2,14 @@
  *
  * locks.c
  *		The SQL callers' side of the distributed locks: seckill_lock,
- *		seckill_lock_xact, seckill_unlock, seckill_lock_all,
- *		seckill_unlock_all, and the seckill.locks view.
+ *		seckill_lock_xact, seckill_unlock, seckill_lock_fair,
+ *		seckill_lock_shared, seckill_lock_shared_xact, seckill_unlock_shared,
+ *		seckill_lock_all, seckill_unlock_all, and the seckill.locks view.
  *
- * seckill_lock_all and seckill_unlock_all take and release several locks as
- * one: all of them or none.
+ * seckill_lock_fair takes the exclusive lock in the order its takers came to
+ * wait; seckill_lock_shared beside other shared holders, never beside an
+ * exclusive one.  seckill_lock_all and seckill_unlock_all take and release
+ * several locks as one: all of them or none.
  *
  * A lock taken again by the session that holds it is counted, not taken
  * again: it is freed after as many unlocks.  A transaction-scoped lock is
@@ -35,6 +38,10 @@
 PG_FUNCTION_INFO_V1(seckill_lock);
 PG_FUNCTION_INFO_V1(seckill_lock_xact);
 PG_FUNCTION_INFO_V1(seckill_unlock);
+PG_FUNCTION_INFO_V1(seckill_lock_fair);
+PG_FUNCTION_INFO_V1(seckill_lock_shared);
+PG_FUNCTION_INFO_V1(seckill_lock_shared_xact);
+PG_FUNCTION_INFO_V1(seckill_unlock_shared);
 PG_FUNCTION_INFO_V1(seckill_lock_all);
 PG_FUNCTION_INFO_V1(seckill_unlock_all);
 PG_FUNCTION_INFO_V1(seckill_locks_rows);
@@ -43,11 +50,11 @@ static bool callbacks_registered = false;
 static uint32 acquisitions = 0;
 
 /*
- * This session's lock of that name and scope, its live one first; under
- * locks_lock.
+ * This session's lock of that name and scope, held shared or not (fair
+ * counts as exclusive), its live one first; under locks_lock.
  */
 static SeckillLockEntry *
-own_lock(const char *name, bool xact)
+own_lock(const char *name, bool xact, bool shared)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	SeckillLockEntry *found = NULL;
@@ -57,7 +64,7 @@ own_lock(const char *name, bool xact)
 		SeckillLockEntry *e = &seckill_locks[i];
 
 		if ((e->state == LOCK_HELD || e->state == LOCK_LOST) && e->owner_pid == MyProcPid &&
-			e->xact == xact && strcmp(e->name, name) == 0)
+			e->xact == xact && (e->mode == LOCK_SHARED) == shared && strcmp(e->name, name) == 0)
 		{
 			if (seckill_lock_live(e, now))
 				return e;
@@ -67,7 +74,10 @@ own_lock(const char *name, bool xact)
 	return found;
 }
 
-/* Hand this session's locks (those of a transaction, or all) to the worker to release. */
+/*
+ * Hand this session's locks (those of a transaction, or all, with its place
+ * in a fair line) to the worker to release.
+ */
 static void
 release_own(bool xact_only)
 {
@@ -78,7 +88,8 @@ release_own(bool xact_only)
 	{
 		SeckillLockEntry *e = &seckill_locks[i];
 
-		if ((e->state == LOCK_HELD || e->state == LOCK_LOST) && e->owner_pid == MyProcPid &&
+		if ((e->state == LOCK_HELD || e->state == LOCK_LOST ||
+			 (e->state == LOCK_WAITING && !xact_only)) && e->owner_pid == MyProcPid &&
 			(e->xact || !xact_only))
 		{
 			e->state = LOCK_RELEASE;
@@ -220,24 +231,47 @@ ask_for_lock(const SeckillRequest *request)
 	return reply;
 }
 
+/* The SQL function that takes a lock in this mode and scope. */
+static const char *
+taker_name(SeckillLockMode mode, bool xact)
+{
+	if (mode == LOCK_SHARED)
+		return xact ? "seckill_lock_shared_xact()" : "seckill_lock_shared()";
+	if (mode == LOCK_FAIR)
+		return "seckill_lock_fair()";
+	return xact ? "seckill_lock_xact()" : "seckill_lock()";
+}
+
 /*
- * Take lock name for this session (xact: for its transaction), asking again
- * until deadline while another holds it.  True, with its fencing token in
- * *token, when taken (or taken again: counted); false when not by then.
- * lease_ms, renewed by the worker while held when watchdog.
+ * Take lock name in mode for this session (xact: for its transaction),
+ * asking again until deadline while it cannot be had.  True, with its
+ * fencing token in *token, when taken (or taken again: counted); false when
+ * not by then.  lease_ms, renewed by the worker while held when watchdog.
+ * A taker that waits shows in seckill.locks (a fair one holds a place in
+ * the lock's line), and gives up its claims when it stops waiting.
  */
 static bool
-take_lock(const char *name, bool xact, TimestampTz deadline, long lease_ms, bool watchdog,
-		  int64 *token)
+take_lock(const char *name, SeckillLockMode mode, bool xact, TimestampTz deadline, long lease_ms,
+		  bool watchdog, int64 *token)
 {
 	SeckillLockEntry *e;
+	SeckillLockEntry *other;
 	SeckillRequest request;
-	long		backoff = 5;
+	volatile long backoff = 5;
 	bool		again = false;
+	bool		shared = mode == LOCK_SHARED;
+	volatile bool taken = false;
+
+	if (mode != LOCK_EXCLUSIVE && seckill_redlock_nodes[0] != '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s is not served by Redlock", taker_name(mode, xact)),
+				 errdetail("seckill.redlock_nodes is set: the locks live on independent Redis nodes, where a shared hold or a place in line could not be agreed on by majority."),
+				 errhint("Use seckill_lock(), or run without seckill.redlock_nodes.")));
 
 	/* taken again by its holder: counted */
 	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
-	e = own_lock(name, xact);
+	e = own_lock(name, xact, shared);
 	if (e != NULL && seckill_lock_live(e, GetCurrentTimestamp()))
 	{
 		e->depth++;
@@ -246,15 +280,19 @@ take_lock(const char *name, bool xact, TimestampTz deadline, long lease_ms, bool
 	}
 	else if (e != NULL)
 		e->state = LOCK_RELEASE;	/* its lease is gone: a new acquisition */
-	else if (own_lock(name, !xact) != NULL)
+	else if ((other = own_lock(name, !xact, shared)) != NULL ||
+			 (other = own_lock(name, xact, !shared)) != NULL ||
+			 (other = own_lock(name, !xact, !shared)) != NULL)
 	{
+		const char *holder = taker_name(other->mode, other->xact);
+
 		LWLockRelease(seckill_lock_table->lock);
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("this session holds lock \"%s\" with %s scope", name,
-						xact ? "session" : "transaction"),
-				 errhint("Take it again with the same function, %s.",
-						 xact ? "seckill_lock()" : "seckill_lock_xact()")));
+				 errmsg("this session holds lock \"%s\" %s with %s scope", name,
+						other->mode == LOCK_SHARED ? "shared" : "exclusive",
+						other->xact ? "transaction" : "session"),
+				 errhint("Take it again with the same function, %s, or release it first.", holder)));
 	}
 	LWLockRelease(seckill_lock_table->lock);
 	if (e != NULL && !again)
@@ -271,30 +309,50 @@ take_lock(const char *name, bool xact, TimestampTz deadline, long lease_ms, bool
 	request.lock.lease_ms = (int32) lease_ms;
 	request.lock.xact = xact;
 	request.lock.watchdog = watchdog;
+	request.lock.mode = mode;
+	request.lock.waits = GetCurrentTimestamp() < deadline;
 
-	for (;;)
+	/*
+	 * Held by someone else (fair: or others wait before us): ask again after
+	 * a jittered backoff of at most 100 ms, which keeps a place in line,
+	 * until the deadline.
+	 */
+	PG_TRY();
 	{
-		SeckillReply reply = ask_for_lock(&request);
-		long		left;
-
-		if (reply.status == SK_OK)
+		for (;;)
 		{
-			*token = reply.values[0];
-			return true;
+			SeckillReply reply = ask_for_lock(&request);
+			long		left;
+
+			if (reply.status == SK_OK)
+			{
+				*token = reply.values[0];
+				taken = true;
+				break;
+			}
+			left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+			if (left <= 0)
+				break;
+			wait_for_release(name, Min(left, backoff / 2 +
+									   (long) pg_prng_uint64_range(&pg_global_prng_state, 0, backoff / 2)));
+			CHECK_FOR_INTERRUPTS();
+			backoff = Min(backoff * 2, 100);
 		}
-		/* held by someone else: ask again after a jittered backoff, until the deadline */
-		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
-		if (left <= 0)
-			return false;
-		wait_for_release(name, Min(left, backoff / 2 +
-								   (long) pg_prng_uint64_range(&pg_global_prng_state, 0, backoff / 2)));
-		CHECK_FOR_INTERRUPTS();
-		backoff = Min(backoff * 2, 100);
 	}
+	PG_CATCH();
+	{
+		/* no longer waiting: give up the claim or place in line */
+		seckill_lock_hand_back(request.lock.owner);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (!taken && request.lock.waits)
+		seckill_lock_hand_back(request.lock.owner);
+	return taken;
 }
 
 static Datum
-lock_common(FunctionCallInfo fcinfo, bool xact)
+lock_common(FunctionCallInfo fcinfo, SeckillLockMode mode, bool xact)
 {
 	char	   *name = seckill_id_arg(fcinfo, 0, "name", SK_LOCK_NAME_LEN);
 	long		wait_ms = interval_ms_arg(fcinfo, 1, "wait", 0);
@@ -302,7 +360,7 @@ lock_common(FunctionCallInfo fcinfo, bool xact)
 	int64		token;
 
 	prepare_session();
-	if (!take_lock(name, xact, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms),
+	if (!take_lock(name, mode, xact, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms),
 				   lease_ms, PG_ARGISNULL(2), &token))
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(token);
@@ -315,35 +373,67 @@ lock_common(FunctionCallInfo fcinfo, bool xact)
 Datum
 seckill_lock(PG_FUNCTION_ARGS)
 {
-	return lock_common(fcinfo, false);
+	return lock_common(fcinfo, LOCK_EXCLUSIVE, false);
 }
 
 /* seckill_lock_xact(...): the same, released at the end of the transaction */
 Datum
 seckill_lock_xact(PG_FUNCTION_ARGS)
 {
-	return lock_common(fcinfo, true);
+	return lock_common(fcinfo, LOCK_EXCLUSIVE, true);
 }
 
 /*
- * Release this session's lock name: true when released (or held fewer
- * times); false, with a WARNING, when this session did not hold it or its
- * lease had run out meanwhile.
+ * seckill_lock_fair(name text, wait interval DEFAULT '0', lease interval
+ *		DEFAULT NULL) RETURNS bigint: as seckill_lock, granted in the order
+ *		its takers came to wait; with wait 0 only when nobody waits.
+ */
+Datum
+seckill_lock_fair(PG_FUNCTION_ARGS)
+{
+	return lock_common(fcinfo, LOCK_FAIR, false);
+}
+
+/*
+ * seckill_lock_shared(name text, wait interval DEFAULT '0', lease interval
+ *		DEFAULT NULL) RETURNS bigint: held beside other shared holders,
+ *		never beside an exclusive one; an exclusive taker that waits for the
+ *		shared holders keeps new ones out.
+ */
+Datum
+seckill_lock_shared(PG_FUNCTION_ARGS)
+{
+	return lock_common(fcinfo, LOCK_SHARED, false);
+}
+
+/* seckill_lock_shared_xact(...): the same, released at the end of the transaction */
+Datum
+seckill_lock_shared_xact(PG_FUNCTION_ARGS)
+{
+	return lock_common(fcinfo, LOCK_SHARED, true);
+}
+
+/*
+ * Release this session's lock name, held shared or not: true when released
+ * (or held fewer times); false, with a WARNING, when this session did not
+ * hold it or its lease had run out meanwhile.
  */
 static bool
-unlock_one(const char *name)
+unlock_one(const char *name, bool shared)
 {
 	SeckillLockEntry *e;
 	SeckillRequest request;
 	SeckillReply reply;
 	bool		xact_held;
+	bool		other_held;
 	bool		lost = false;
 
 	seckill_check_database();
 	memset(&request, 0, sizeof(request));
 	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
-	e = own_lock(name, false);
-	xact_held = own_lock(name, true) != NULL;
+	e = own_lock(name, false, shared);
+	xact_held = own_lock(name, true, shared) != NULL;
+	other_held = own_lock(name, false, !shared) != NULL;
 	if (e != NULL && seckill_lock_live(e, GetCurrentTimestamp()) && e->depth > 1)
 	{
 		e->depth--;
@@ -361,14 +451,18 @@ unlock_one(const char *name)
 		request.kind = SK_REQ_UNLOCK;
 		strlcpy(request.lock.name, e->name, sizeof(request.lock.name));
 		strlcpy(request.lock.owner, e->owner, sizeof(request.lock.owner));
+		request.lock.mode = e->mode;
 	}
 	LWLockRelease(seckill_lock_table->lock);
 	if (e == NULL)
 	{
 		ereport(WARNING,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("this session does not hold lock \"%s\"", name),
-				 xact_held ? errhint("A lock taken with seckill_lock_xact() is released at the end of its transaction.") : 0));
+				 errmsg("this session does not hold lock \"%s\"%s", name, shared ? " shared" : ""),
+				 xact_held ? errhint("A lock taken with %s is released at the end of its transaction.",
+									 taker_name(shared ? LOCK_SHARED : LOCK_EXCLUSIVE, true)) :
+				 other_held ? errhint("It holds it %s: release it with %s.", shared ? "exclusive" : "shared",
+									  shared ? "seckill_unlock()" : "seckill_unlock_shared()") : 0));
 		return false;
 	}
 	if (lost)
@@ -405,7 +499,14 @@ unlock_one(const char *name)
 Datum
 seckill_unlock(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(unlock_one(seckill_id_arg(fcinfo, 0, "name", SK_LOCK_NAME_LEN)));
+	PG_RETURN_BOOL(unlock_one(seckill_id_arg(fcinfo, 0, "name", SK_LOCK_NAME_LEN), false));
+}
+
+/* seckill_unlock_shared(name text) RETURNS boolean: unlock_one() of a shared hold */
+Datum
+seckill_unlock_shared(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(unlock_one(seckill_id_arg(fcinfo, 0, "name", SK_LOCK_NAME_LEN), true));
 }
 
 /* The most names seckill_lock_all takes at once. */
@@ -484,7 +585,7 @@ hand_back_taken(char **names, const int *order, int n)
 	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
 	for (int i = n - 1; i >= 0; i--)
 	{
-		SeckillLockEntry *e = own_lock(names[order[i]], false);
+		SeckillLockEntry *e = own_lock(names[order[i]], false, false);
 
 		if (e != NULL && e->depth > 1)
 			e->depth--;
@@ -520,7 +621,7 @@ seckill_lock_all(PG_FUNCTION_ARGS)
 	prepare_session();
 	PG_TRY();
 	{
-		while (taken < n && take_lock(names[order[taken]], false, deadline, lease_ms,
+		while (taken < n && take_lock(names[order[taken]], LOCK_EXCLUSIVE, false, deadline, lease_ms,
 									  PG_ARGISNULL(2), &tokens[order[taken]]))
 			taken++;
 	}
@@ -534,7 +635,7 @@ seckill_lock_all(PG_FUNCTION_ARGS)
 	{
 		/* all or none: the last taken first */
 		for (int i = taken - 1; i >= 0; i--)
-			(void) unlock_one(names[order[i]]);
+			(void) unlock_one(names[order[i]], false);
 		PG_RETURN_NULL();
 	}
 	for (int i = 0; i < n; i++)
@@ -556,7 +657,7 @@ seckill_unlock_all(PG_FUNCTION_ARGS)
 	bool		all = true;
 
 	for (int i = n - 1; i >= 0; i--)
-		all = unlock_one(names[order[i]]) && all;
+		all = unlock_one(names[order[i]], false) && all;
 	PG_RETURN_BOOL(all);
 }
 
@@ -571,15 +672,32 @@ state_name(SeckillLockState s)
 			return "releasing";
 		case LOCK_LOST:
 			return "lost";
+		case LOCK_WAITING:
+			return "waiting";
 		default:
 			return "free";
 	}
 }
 
+static const char *
+mode_name(SeckillLockMode m)
+{
+	switch (m)
+	{
+		case LOCK_SHARED:
+			return "shared";
+		case LOCK_FAIR:
+			return "fair";
+		default:
+			return "exclusive";
+	}
+}
+
 /*
  * seckill.locks_rows() RETURNS SETOF (name, owner_pid, scope, token, depth,
- *		state, acquired_at, lease_left, renewals): the locks the worker holds
- *		for SQL callers.
+ *		state, acquired_at, lease_left, renewals, mode, queue_position): the
+ *		locks the worker holds for SQL callers, and the places in line of
+ *		the fair takers that wait.
  */
 Datum
 seckill_locks_rows(PG_FUNCTION_ARGS)
@@ -593,8 +711,8 @@ seckill_locks_rows(PG_FUNCTION_ARGS)
 	for (int i = 0; i < seckill_max_locks; i++)
 	{
 		SeckillLockEntry *e = &seckill_locks[i];
-		Datum		values[9];
-		bool		nulls[9] = {0};
+		Datum		values[11];
+		bool		nulls[11] = {0};
 		Interval   *left = palloc0(sizeof(Interval));
 		TimestampTz ends;
 
@@ -611,6 +729,10 @@ seckill_locks_rows(PG_FUNCTION_ARGS)
 		values[6] = TimestampTzGetDatum(e->acquired_at);
 		values[7] = IntervalPGetDatum(left);
 		values[8] = Int32GetDatum(e->renewals);
+		values[9] = CStringGetTextDatum(mode_name(e->mode));
+		values[10] = Int32GetDatum(e->place);
+		nulls[10] = e->state != LOCK_WAITING || e->mode != LOCK_FAIR;
+		nulls[3] = nulls[7] = e->state == LOCK_WAITING;	/* no token, no lease yet */
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	LWLockRelease(seckill_lock_table->lock);

@@ -63,6 +63,21 @@ sk_keys_lock(const char *name)
 	return psprintf("%s:{lock:%s}", seckill_redis_prefix, name);
 }
 
+/*
+ * The keys of a lock and of its kin, under the lock's hash tag: the lock
+ * (its exclusive holder), its shared holders, the claim of an exclusive
+ * taker waiting for them, its fair line, and the line's leases.
+ */
+void
+sk_keys_lock_set(const char *name, const char **keys)
+{
+	keys[SK_LOCK_KEY] = sk_keys_lock(name);
+	keys[SK_LOCK_SHARED] = psprintf("%s:shared", keys[SK_LOCK_KEY]);
+	keys[SK_LOCK_CLAIM] = psprintf("%s:claim", keys[SK_LOCK_KEY]);
+	keys[SK_LOCK_LINE] = psprintf("%s:line", keys[SK_LOCK_KEY]);
+	keys[SK_LOCK_LINE_LEASES] = psprintf("%s:line-leases", keys[SK_LOCK_KEY]);
+}
+
 /* The lock whose key sk_keys_lock() made, NULL for another key. */
 char *
 sk_keys_lock_name(const char *key)

@@ -11,7 +11,8 @@
  * tokens live in its home shard, which also serves its purchases while it
  * has stock; the others lend theirs when it has none.  The keys of the
  * whole prefix (the epoch, the master's identity, the order ids) share one
- * tag, prefix:{prefix}:<part>; a SQL caller's lock is prefix:{lock:<name>}.
+ * tag, prefix:{prefix}:<part>; a SQL caller's lock is prefix:{lock:<name>},
+ * and its shared holders, fair line and the like are keys under its tag.
  *
  * The worker builds every key it sends from here, and the backend's
  * seckill_campaign_nodes() finds a shard's slot from the same names.
@@ -33,6 +34,15 @@ extern int	sk_keys_shard_stock(int stock, int shard, int nshards);
 extern void sk_keys_shard_set(int64 campaign_id, int shard, int nshards, const char **keys);
 
 extern char *sk_keys_lock(const char *name);
+
+/* The keys of a lock and its kin (sk_keys_lock_set), by index. */
+#define SK_LOCK_KEY 0
+#define SK_LOCK_SHARED 1
+#define SK_LOCK_CLAIM 2
+#define SK_LOCK_LINE 3
+#define SK_LOCK_LINE_LEASES 4
+#define SK_LOCK_NKEYS 5
+extern void sk_keys_lock_set(const char *name, const char **keys);
 extern char *sk_keys_lock_name(const char *key);
 extern char *sk_keys_lock_channel(void);
 

@@ -20,13 +20,18 @@
 #include "redis/pipeline.h"
 #include "redis/reply.h"
 
-/* One script on one key with a few arguments: the lease scripts' shape. */
+/*
+ * One script on a few keys of one hash tag with a few arguments: the lease
+ * scripts' shape.
+ */
+#define SK_SCRIPT_CALL_KEYS 5
 typedef struct SkScriptCall
 {
 	int			script;			/* its index among sk_redis_init's scripts */
-	const char *key;
+	int			nkeys;
+	const char *keys[SK_SCRIPT_CALL_KEYS];
 	int			nargs;
-	const char *args[4];
+	const char *args[5];
 } SkScriptCall;
 
 extern void sk_redis_init(const char *const *scripts, int count, const char *own_key);

@@ -163,13 +163,14 @@ call_all(const SkScriptCall *commands, int ncommands, int *yes, int *answered)
 			continue;
 		for (int c = 0; c < ncommands && n->ctx; c++)
 		{
-			const char *argv[8];
+			const char *argv[3 + SK_SCRIPT_CALL_KEYS + lengthof(commands[c].args)];
 			int			argc = 0;
 
 			argv[argc++] = "EVAL";
 			argv[argc++] = sk_pipeline_script_source(commands[c].script);
-			argv[argc++] = "1";
-			argv[argc++] = commands[c].key;
+			argv[argc++] = psprintf("%d", commands[c].nkeys);
+			for (int k = 0; k < commands[c].nkeys; k++)
+				argv[argc++] = commands[c].keys[k];
 			for (int a = 0; a < commands[c].nargs; a++)
 				argv[argc++] = commands[c].args[a];
 			if (redisAppendCommandArgv(n->ctx, argc, argv, NULL) != REDIS_OK)
@@ -298,7 +299,7 @@ sk_redlock_abandon(void)
 static int
 call_one(int script, const char *key, int nargs, const char **args, int *answered)
 {
-	SkScriptCall command = {script, key, nargs, {args[0], nargs > 1 ? args[1] : NULL}};
+	SkScriptCall command = {script, 1, {key}, nargs, {args[0], nargs > 1 ? args[1] : NULL}};
 	int			yes;
 
 	parse_nodes();

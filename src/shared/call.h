@@ -91,6 +91,8 @@ typedef struct SeckillRequest
 		int32		lease_ms;
 		bool		xact;
 		bool		watchdog;
+		bool		waits;		/* fair: joins the line when it cannot have it now */
+		int			mode;		/* SeckillLockMode */
 	}			lock;			/* for SK_REQ_LOCK and SK_REQ_UNLOCK */
 } SeckillRequest;
 

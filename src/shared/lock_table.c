@@ -85,8 +85,9 @@ seckill_lock_of_owner(const char *owner)
 }
 
 /*
- * Hand the lock of this owner token, if held, to the worker to release: its
- * caller gave up or could not release it now.
+ * Hand the lock of this owner token, if held or waited for, to the worker
+ * to release (or to give up its claim or place in line): its caller gave up
+ * or could not release it now.
  */
 void
 seckill_lock_hand_back(const char *owner)
@@ -95,7 +96,7 @@ seckill_lock_hand_back(const char *owner)
 
 	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
 	e = seckill_lock_of_owner(owner);
-	if (e != NULL && e->state == LOCK_HELD)
+	if (e != NULL && (e->state == LOCK_HELD || e->state == LOCK_WAITING))
 		e->state = LOCK_RELEASE;
 	LWLockRelease(seckill_lock_table->lock);
 	seckill_lock_wake_keeper();

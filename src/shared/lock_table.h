@@ -14,6 +14,12 @@
  * its transaction (xact locks) or exits.  Each acquisition gets a fencing
  * token from a PostgreSQL sequence, which only grows.
  *
+ * A shared lock (lua/acquire_shared.lua) coexists with other shared
+ * holders of its name, not with an exclusive one; a fair lock
+ * (lua/acquire_fair.lua) is exclusive, granted in the order its takers
+ * came to wait.  The table also shows the takers that wait, a fair
+ * waiter with its place in line.
+ *
  *-------------------------------------------------------------------------
  */
 #ifndef SECKILL_LOCK_TABLE_H
@@ -29,8 +35,17 @@ typedef enum SeckillLockState
 	LOCK_FREE,
 	LOCK_HELD,
 	LOCK_RELEASE,				/* its owner is done with it: the worker releases it */
-	LOCK_LOST					/* a renewal found the lease gone */
+	LOCK_LOST,					/* a renewal found the lease gone */
+	LOCK_WAITING				/* its owner waits for it (fair: in its line) */
 } SeckillLockState;
+
+/* How a lock is held: the SQL function that took it. */
+typedef enum SeckillLockMode
+{
+	LOCK_EXCLUSIVE,				/* seckill_lock, seckill_lock_all */
+	LOCK_FAIR,					/* seckill_lock_fair: exclusive, in order of arrival */
+	LOCK_SHARED					/* seckill_lock_shared */
+} SeckillLockMode;
 
 typedef struct SeckillLockEntry
 {
@@ -38,6 +53,8 @@ typedef struct SeckillLockEntry
 	char		name[SK_LOCK_NAME_LEN + 1];
 	char		owner[SK_LOCK_OWNER_LEN];	/* the lease's value in Redis */
 	int			owner_pid;
+	SeckillLockMode mode;
+	int32		place;			/* fair and waiting: its place in line at the last ask */
 	bool		xact;			/* released at the end of its transaction */
 	bool		watchdog;		/* renewed by the worker */
 	int32		depth;			/* times taken by its owner, less the unlocks */

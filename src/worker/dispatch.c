@@ -244,6 +244,7 @@ sk_dispatch_locks(RoundItem *items, int nitems, SeckillRequestKind kind)
 	}
 	for (int i = 0; i < nitems; i++)
 		if (items[i].request.kind == kind &&
-			!sk_answer(&items[i]) && kind == SK_REQ_LOCK && items[i].reply.status == SK_OK)
-			seckill_lock_hand_back(items[i].request.lock.owner);
+			!sk_answer(&items[i]) && kind == SK_REQ_LOCK &&
+			(items[i].reply.status == SK_OK || items[i].reply.status == SK_BUSY))
+			seckill_lock_hand_back(items[i].request.lock.owner);	/* the lock, or a place in line */
 }

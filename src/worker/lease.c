@@ -34,18 +34,23 @@ static uint64 lock_counter = 0;
 /*
  * Run lease scripts (lock, acquire, renew, unlock), all in one pipeline, on
  * the main Redis or by majority on the Redlock nodes; result[i] is
- * SK_LEASE_YES, SK_LEASE_NO or SK_LEASE_FAILED.  False, with why set, when
+ * SK_LEASE_YES, SK_LEASE_NO or SK_LEASE_FAILED, and places[i] (when places
+ * is not NULL) the owner's place in the lock's fair line when the script
+ * answered one (as -place), else 0.  False, with why set, when
  * the main Redis could not be reached at all (every result is then
  * SK_LEASE_FAILED), or a call found too few Redlock nodes; why also names
  * the first refusal.
  */
 bool
-sk_lease_run(const SkScriptCall *calls, int n, bool on_redlock, int *result, char *why, size_t whylen)
+sk_lease_run(const SkScriptCall *calls, int n, bool on_redlock, int *result, int *places,
+			 char *why, size_t whylen)
 {
 	SkPipeline	p;
 	SkReply    *r;
 
 	why[0] = '\0';
+	if (places != NULL)
+		memset(places, 0, sizeof(int) * n);
 	if (on_redlock)
 	{
 		sk_redlock_batch(calls, n, result);
@@ -56,8 +61,8 @@ sk_lease_run(const SkScriptCall *calls, int n, bool on_redlock, int *result, cha
 	}
 	sk_pipeline_init(&p);
 	for (int i = 0; i < n; i++)
-		sk_pipeline_script(&p, calls[i].script, 1, (const char **) &calls[i].key, calls[i].nargs,
-						   (const char **) calls[i].args);
+		sk_pipeline_script(&p, calls[i].script, calls[i].nkeys, (const char **) calls[i].keys,
+						   calls[i].nargs, (const char **) calls[i].args);
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 	{
@@ -69,7 +74,13 @@ sk_lease_run(const SkScriptCall *calls, int n, bool on_redlock, int *result, cha
 	for (int i = 0; i < n; i++)
 	{
 		if (!sk_reply_is_error(&r[i]))
-			result[i] = sk_reply_int(&r[i]) == 1 ? SK_LEASE_YES : SK_LEASE_NO;
+		{
+			int64		answer = sk_reply_int(&r[i]);
+
+			result[i] = answer == 1 ? SK_LEASE_YES : SK_LEASE_NO;
+			if (places != NULL && answer < 0)
+				places[i] = (int) -answer;
+		}
 		else
 		{
 			result[i] = SK_LEASE_FAILED;
@@ -88,11 +99,11 @@ static int
 run_one(SkScript script, const char *key, int nargs, const char **args, bool *reached,
 		char *why, size_t whylen)
 {
-	SkScriptCall call = {script, key, nargs};
+	SkScriptCall call = {script, 1, {key}, nargs};
 	int			result;
 
 	memcpy(call.args, args, sizeof(char *) * nargs);
-	*reached = sk_lease_run(&call, 1, false, &result, why, whylen);
+	*reached = sk_lease_run(&call, 1, false, &result, NULL, why, whylen);
 	return result;
 }
 

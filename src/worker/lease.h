@@ -19,7 +19,7 @@
 #define SK_LEASE_FAILED (-1)	/* refused, or too few Redlock nodes answered */
 
 extern bool sk_lease_run(const SkScriptCall *calls, int n, bool on_redlock, int *result,
-						 char *why, size_t whylen);
+						 int *places, char *why, size_t whylen);
 
 /* The worker's lease on a campaign, for its admin work. */
 typedef struct SkLease SkLease;

@@ -26,16 +26,62 @@
 #include "utils/timestamp.h"
 #include "worker/lease.h"
 
+/* What a lease script does to a SQL caller's lock. */
+typedef enum LockStep
+{
+	STEP_TAKE,
+	STEP_RENEW,
+	STEP_GIVE
+} LockStep;
+
 /*
- * A lease script on a lock for its owner: acquire and renew take the lease
- * in milliseconds, unlock the channel where the release is announced.
+ * The lease script of one step on a lock in its mode, for its owner: the
+ * lock's keys (layout/keys.h) and arguments as each script's header says.
+ * waits: a fair taker joins the line when it cannot have the lock now.
  */
 static SkScriptCall
-lock_call(SkScript script, const char *name, const char *owner, int lease_ms)
+lock_call(LockStep step, SeckillLockMode mode, const char *name, const char *owner, int lease_ms,
+		  bool waits)
 {
-	SkScriptCall call = {script, sk_keys_lock(name), 2, {owner}};
+	const char *keys[SK_LOCK_NKEYS];
+	SkScriptCall call = {0};
+	const int	take[] = {SK_LOCK_KEY, SK_LOCK_SHARED, SK_LOCK_CLAIM, SK_LOCK_LINE, SK_LOCK_LINE_LEASES};
+	const int	give_shared[] = {SK_LOCK_SHARED, SK_LOCK_KEY};
+	const int	give[] = {SK_LOCK_KEY, SK_LOCK_CLAIM, SK_LOCK_LINE, SK_LOCK_LINE_LEASES};
+	const int  *k = take;
 
-	call.args[1] = script == SK_SCRIPT_UNLOCK ? sk_keys_lock_channel() : psprintf("%d", lease_ms);
+	sk_keys_lock_set(name, keys);
+	call.args[call.nargs++] = owner;
+	switch (step)
+	{
+		case STEP_TAKE:
+			call.args[call.nargs++] = psprintf("%d", lease_ms);
+			if (mode == LOCK_SHARED)
+			{
+				call.script = SK_SCRIPT_ACQUIRE_SHARED;
+				call.nkeys = 3;
+				break;
+			}
+			call.args[call.nargs++] = psprintf("%d", seckill_lock_queue_lease);
+			call.args[call.nargs++] = waits ? "1" : "0";
+			call.script = mode == LOCK_FAIR ? SK_SCRIPT_ACQUIRE_FAIR : SK_SCRIPT_ACQUIRE;
+			call.nkeys = mode == LOCK_FAIR ? 5 : 3;
+			break;
+		case STEP_RENEW:
+			call.args[call.nargs++] = psprintf("%d", lease_ms);
+			call.script = mode == LOCK_SHARED ? SK_SCRIPT_RENEW_SHARED : SK_SCRIPT_RENEW;
+			call.nkeys = 1;
+			k = mode == LOCK_SHARED ? give_shared : take;
+			break;
+		case STEP_GIVE:
+			call.args[call.nargs++] = sk_keys_lock_channel();
+			call.script = mode == LOCK_SHARED ? SK_SCRIPT_UNLOCK_SHARED : SK_SCRIPT_UNLOCK;
+			call.nkeys = mode == LOCK_SHARED ? 2 : 4;
+			k = mode == LOCK_SHARED ? give_shared : give;
+			break;
+	}
+	for (int i = 0; i < call.nkeys; i++)
+		call.keys[i] = keys[k[i]];
 	return call;
 }
 
@@ -50,14 +96,20 @@ wake_waiters(const char *name)
 			SetLatch(seckill_slots[i].latch);
 }
 
-/* A table entry for the request's lock, in this state; NULL when the table is full. */
+/*
+ * A table entry for the request's lock, in this state (LOCK_WAITING: at this
+ * place in line); NULL when the table is full.
+ */
 static SeckillLockEntry *
-record(const SeckillRequest *request, SeckillLockState state, TimestampTz since)
+record(const SeckillRequest *request, SeckillLockState state, int place, TimestampTz since)
 {
 	SeckillLockEntry *e = NULL;
 
 	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
-	if (seckill_lock_of_owner(request->lock.owner) == NULL)
+	e = seckill_lock_of_owner(request->lock.owner);
+	if (e != NULL && e->state != LOCK_WAITING)
+		e = NULL;				/* a waiter's entry becomes its lock's */
+	else if (e == NULL)
 		for (int i = 0; e == NULL && i < seckill_max_locks; i++)
 			if (seckill_locks[i].state == LOCK_FREE)
 				e = &seckill_locks[i];
@@ -65,6 +117,8 @@ record(const SeckillRequest *request, SeckillLockState state, TimestampTz since)
 	{
 		memset(e, 0, sizeof(SeckillLockEntry));
 		e->state = state;
+		e->mode = (SeckillLockMode) request->lock.mode;
+		e->place = place;
 		strlcpy(e->name, request->lock.name, sizeof(e->name));
 		strlcpy(e->owner, request->lock.owner, sizeof(e->owner));
 		e->owner_pid = request->lock.pid;
@@ -100,7 +154,7 @@ granted(const SeckillRequest *request, SeckillReply *reply, TimestampTz sent)
 	else
 		token = store_fence_token();
 
-	e = record(request, LOCK_HELD, sent);
+	e = record(request, LOCK_HELD, 0, sent);
 	if (e == NULL)
 	{
 		SeckillRequest undo = *request;
@@ -136,7 +190,7 @@ acquire_by_redlock(const SeckillRequest *request, SeckillReply *reply)
 			return;
 		case REDLOCK_FAILED:
 			/* nodes that granted but missed the give-back: the keeper retries it */
-			record(request, LOCK_RELEASE, sent);
+			record(request, LOCK_RELEASE, 0, sent);
 			/* not seckill.redis_host's fault: the generic hint would mislead */
 			seckill_reply_error(reply, SK_ERR_INVALID, "%s", why);
 			reply->sqlerrcode = ERRCODE_CONNECTION_FAILURE;
@@ -151,7 +205,7 @@ acquire_by_redlock(const SeckillRequest *request, SeckillReply *reply)
 	PG_CATCH();
 	{
 		/* no Redis I/O while the error is pending: the keeper gives the lease back */
-		record(request, LOCK_RELEASE, sent);
+		record(request, LOCK_RELEASE, 0, sent);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -167,28 +221,41 @@ sk_lock_acquire_many(const SeckillRequest *const *requests, SeckillReply *const 
 	TimestampTz sent = GetCurrentTimestamp();
 	SkScriptCall *calls;
 	int		   *result;
+	int		   *places;
 	char		why[SK_MESSAGE_LEN];
 	volatile int i;
 
 	if (sk_redlock_enabled())
 	{
 		for (i = 0; i < n; i++)
-			acquire_by_redlock(requests[i], replies[i]);
+		{
+			if (requests[i]->lock.mode == LOCK_EXCLUSIVE)
+				acquire_by_redlock(requests[i], replies[i]);
+			else
+			{
+				seckill_reply_error(replies[i], SK_ERR_INVALID,
+									"shared and fair locks are not served by Redlock (seckill.redlock_nodes)");
+				replies[i]->sqlerrcode = ERRCODE_FEATURE_NOT_SUPPORTED;
+			}
+		}
 		return;
 	}
 	calls = palloc(sizeof(SkScriptCall) * n);
 	for (i = 0; i < n; i++)
 	{
-		calls[i] = lock_call(SK_SCRIPT_ACQUIRE, requests[i]->lock.name, requests[i]->lock.owner,
-							 requests[i]->lock.lease_ms);
+		const SeckillRequest *r = requests[i];
+
+		calls[i] = lock_call(STEP_TAKE, r->lock.mode, r->lock.name, r->lock.owner, r->lock.lease_ms,
+							 r->lock.waits);
 	}
 	result = palloc(sizeof(int) * n);
-	if (!sk_lease_run(calls, n, false, result, why, sizeof(why)))
+	places = palloc(sizeof(int) * n);
+	if (!sk_lease_run(calls, n, false, result, places, why, sizeof(why)))
 	{
 		for (i = 0; i < n; i++)
 		{
 			/* the lease may have been taken: have the keeper give it back */
-			record(requests[i], LOCK_RELEASE, sent);
+			record(requests[i], LOCK_RELEASE, 0, sent);
 			seckill_reply_error(replies[i], SK_ERR_REDIS, "%s", why);
 		}
 		return;
@@ -200,7 +267,13 @@ sk_lock_acquire_many(const SeckillRequest *const *requests, SeckillReply *const 
 			if (result[i] == SK_LEASE_YES)
 				granted(requests[i], replies[i], sent);
 			else if (result[i] == SK_LEASE_NO)
+			{
+				/* a waiter (fair: with its place in line), shown in seckill.locks */
+				if (requests[i]->lock.waits)
+					record(requests[i], LOCK_WAITING, places[i], sent);
 				replies[i]->status = SK_BUSY;
+				replies[i]->values[0] = places[i];
+			}
 			else
 				seckill_reply_error(replies[i], SK_ERR_REDIS_REFUSED, "taking lock \"%s\": %s",
 									requests[i]->lock.name, why);
@@ -211,7 +284,7 @@ sk_lock_acquire_many(const SeckillRequest *const *requests, SeckillReply *const 
 		/* no Redis I/O while the error is pending: the keeper gives back the leases won */
 		for (; i < n; i++)
 			if (result[i] == SK_LEASE_YES)
-				record(requests[i], LOCK_RELEASE, sent);
+				record(requests[i], LOCK_RELEASE, 0, sent);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -262,9 +335,10 @@ sk_lock_release_many(const SeckillRequest *const *requests, SeckillReply *const 
 
 	for (int i = 0; i < n; i++)
 	{
-		calls[i] = lock_call(SK_SCRIPT_UNLOCK, requests[i]->lock.name, requests[i]->lock.owner, 0);
+		calls[i] = lock_call(STEP_GIVE, requests[i]->lock.mode, requests[i]->lock.name,
+							 requests[i]->lock.owner, 0, false);
 	}
-	reached = sk_lease_run(calls, n, sk_redlock_enabled(), result, why, sizeof(why));
+	reached = sk_lease_run(calls, n, sk_redlock_enabled(), result, NULL, why, sizeof(why));
 	for (int i = 0; i < n; i++)
 		released(requests[i], replies[i], result[i], reached, why);
 }
@@ -294,6 +368,7 @@ typedef struct KeeperJob
 {
 	char		name[SK_LOCK_NAME_LEN + 1];
 	char		owner[SK_LOCK_OWNER_LEN];
+	SeckillLockMode mode;
 	int32		lease_ms;
 	bool		release;
 } KeeperJob;
@@ -357,6 +432,7 @@ sk_lock_keeper_tick(void)
 		}
 		strlcpy(jobs[njobs].name, e->name, sizeof(jobs[njobs].name));
 		strlcpy(jobs[njobs].owner, e->owner, sizeof(jobs[njobs].owner));
+		jobs[njobs].mode = e->mode;
 		jobs[njobs].lease_ms = e->lease_ms;
 		jobs[njobs].release = release;
 		njobs++;
@@ -369,11 +445,11 @@ sk_lock_keeper_tick(void)
 	calls = palloc(sizeof(SkScriptCall) * njobs);
 	for (int i = 0; i < njobs; i++)
 	{
-		calls[i] = lock_call(jobs[i].release ? SK_SCRIPT_UNLOCK : SK_SCRIPT_RENEW, jobs[i].name,
-							 jobs[i].owner, jobs[i].lease_ms);
+		calls[i] = lock_call(jobs[i].release ? STEP_GIVE : STEP_RENEW, jobs[i].mode, jobs[i].name,
+							 jobs[i].owner, jobs[i].lease_ms, false);
 	}
 	result = palloc(sizeof(int) * njobs);
-	if (!sk_lease_run(calls, njobs, sk_redlock_enabled(), result, why, sizeof(why)) &&
+	if (!sk_lease_run(calls, njobs, sk_redlock_enabled(), result, NULL, why, sizeof(why)) &&
 		!sk_redlock_enabled())
 		return 1000;			/* Redis is away: try again soon */
 

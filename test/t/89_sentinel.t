@@ -10,6 +10,8 @@
 #     TCP relay (socat), is frozen with SIGSTOP: the promoted replica lacks
 #     acknowledged purchases, and the rebuild repairs them without a reconcile;
 #  4. the old master restarted empty: it rejoins as a replica, sales go on;
+#     then 8 sessions waiting in a fair lock's line across a SENTINEL
+#     FAILOVER each get the lock in turn with a newer token, or an error;
 #  5. passwords on the master, its replica and the sentinels: the worker gives
 #     the one of seckill.redis_password_file to the sentinels too, then as an
 #     ACL user (seckill.redis_user), and the log never shows it;
@@ -247,6 +249,48 @@ ok "[ $? -eq 0 ]" "rejoin: Redis agrees with PostgreSQL" || diag "rejoin: $(figu
 seckill_wait_for "[ \"\$(held $old)\" = \"\$(expected)\" ]" 10
 ok "[ $? -eq 0 ]" "rejoin: the new replica holds the master's data"
 invariants rejoin
+replica=$old
+
+# 4b. Fair waiters queued across a SENTINEL FAILOVER: each gets the lock, one
+#     at a time, with a token newer than the holder's before it, or fails
+#     with an error that names the cause
+psql_val "DROP TABLE IF EXISTS line_grants;
+	CREATE TABLE line_grants (k int, token bigint, granted_at timestamptz DEFAULT clock_timestamp(),
+		released_at timestamptz)" >/dev/null
+session_hold "SELECT seckill_lock_fair('sentinel-line');"
+first=$(psql_val "SELECT token FROM seckill.locks WHERE name = 'sentinel-line' AND state = 'held'")
+waiters=()
+for k in $(seq 1 8); do
+	psql -XAtq -v ON_ERROR_STOP=1 >"$work/line-$k.out" 2>&1 7>&- <<SQL &
+SELECT seckill_lock_fair('sentinel-line', '40 s') AS token \gset
+INSERT INTO line_grants (k, token) VALUES ($k, :'token');
+SELECT pg_sleep(0.1);
+UPDATE line_grants SET released_at = clock_timestamp() WHERE k = $k;
+SELECT seckill_unlock('sentinel-line');
+SQL
+	waiters+=($!)
+done
+seckill_wait_for "[ \$(psql_val \"SELECT count(*) FROM seckill.locks WHERE name = 'sentinel-line' AND state = 'waiting'\") = 8 ]" 10
+ok "[ $? -eq 0 ]" "line: 8 sessions wait in a fair lock's line behind a holder" || finish
+is "$(rcli "${sentinel_ports[0]}" SENTINEL FAILOVER mymaster)" OK "line: SENTINEL FAILOVER mymaster while they wait"
+seckill_wait_for "named_by_all $replica" 15
+ok "[ $? -eq 0 ]" "line: every sentinel names the replica the master" || finish
+session_end "SELECT seckill_unlock('sentinel-line');"
+wait "${waiters[@]}"
+failed=$(grep -l ERROR "$work"/line-*.out | wc -l)
+is "$(psql_val "SELECT count(*) FILTER (WHERE newer) || '/' || count(*) FROM (SELECT
+	token > lag(token, 1, $first) OVER (ORDER BY granted_at) AS newer FROM line_grants) g") $failed" \
+	"$((8 - failed))/$((8 - failed)) $failed" \
+	"line: $((8 - failed)) waiters got the lock, each with a token newer than the last holder's; $failed failed"
+ok "[ $failed -lt 8 ]" "line: the line moved on after the failover"
+is "$(psql_val "SELECT count(*) FROM line_grants a JOIN line_grants b ON a.k < b.k
+	WHERE a.granted_at < b.released_at AND b.granted_at < a.released_at")" 0 "line: one holder at a time"
+is "$(cat "$work"/line-*.out | grep ERROR | grep -vc 'seckill could not reach Redis')" 0 \
+	"line: each failure named Redis as its cause" || diag "$(cat "$work"/line-*.out)"
+seckill_wait_for "replicates $master $replica" 30
+ok "[ $? -eq 0 ]" "line: the old master became a replica of the new one" || finish
+old=$master
+master=$replica
 replica=$old
 
 # 5. Passwords.  The sentinels learn the servers' and each other's before

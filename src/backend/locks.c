@@ -208,7 +208,15 @@ prepare_session(void)
 	}
 }
 
-/* One ask of the worker for a lock. */
+/* A new owner token for the request: unique per acquisition. */
+static void
+new_owner(SeckillRequest *request)
+{
+	snprintf(request->lock.owner, sizeof(request->lock.owner), UINT64_FORMAT ":%d:" INT64_FORMAT ":%u",
+			 GetSystemIdentifier(), MyProcPid, (int64) MyStartTimestamp, ++acquisitions);
+}
+
+/* One ask of the worker for a lock: its reply, unchecked. */
 static SeckillReply
 ask_for_lock(const SeckillRequest *request)
 {
@@ -216,7 +224,7 @@ ask_for_lock(const SeckillRequest *request)
 
 	PG_TRY();
 	{
-		reply = seckill_request_checked(request);
+		reply = seckill_call(request);
 	}
 	PG_CATCH();
 	{
@@ -303,8 +311,7 @@ take_lock(const char *name, SeckillLockMode mode, bool xact, TimestampTz deadlin
 	memset(&request, 0, sizeof(request));
 	request.kind = SK_REQ_LOCK;
 	strlcpy(request.lock.name, name, sizeof(request.lock.name));
-	snprintf(request.lock.owner, sizeof(request.lock.owner), UINT64_FORMAT ":%d:" INT64_FORMAT ":%u",
-			 GetSystemIdentifier(), MyProcPid, (int64) MyStartTimestamp, ++acquisitions);
+	new_owner(&request);
 	request.lock.pid = MyProcPid;
 	request.lock.lease_ms = (int32) lease_ms;
 	request.lock.xact = xact;
@@ -315,14 +322,16 @@ take_lock(const char *name, SeckillLockMode mode, bool xact, TimestampTz deadlin
 	/*
 	 * Held by someone else (fair: or others wait before us): ask again after
 	 * a jittered backoff of at most 100 ms, which keeps a place in line,
-	 * until the deadline.
+	 * until the deadline.  Redis out of reach is waited out the same way, as
+	 * a new acquisition (the worker gives back what the failed ask may have
+	 * taken); at the deadline its error is raised.
 	 */
 	PG_TRY();
 	{
 		for (;;)
 		{
 			SeckillReply reply = ask_for_lock(&request);
-			long		left;
+			long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 
 			if (reply.status == SK_OK)
 			{
@@ -330,7 +339,13 @@ take_lock(const char *name, SeckillLockMode mode, bool xact, TimestampTz deadlin
 				taken = true;
 				break;
 			}
-			left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+			if ((reply.status == SK_ERR_REDIS || reply.status == SK_ERR_REDIS_REFUSED) && left > 0)
+			{
+				seckill_lock_hand_back(request.lock.owner);
+				new_owner(&request);
+			}
+			else
+				(void) seckill_reply_checked(request.kind, reply);	/* raises a failure */
 			if (left <= 0)
 				break;
 			wait_for_release(name, Min(left, backoff / 2 +

@@ -21,6 +21,7 @@
 #include "redis/redlock.h"
 #include "shared/lock_table.h"
 #include "shared/shmem.h"
+#include "storage/proc.h"
 #include "storage/procarray.h"
 #include "store/store.h"
 #include "utils/timestamp.h"
@@ -85,15 +86,58 @@ lock_call(LockStep step, SeckillLockMode mode, const char *name, const char *own
 	return call;
 }
 
-/* Wake the backends waiting for this lock: it was just released. */
+/*
+ * Wake the backends waiting for this lock: it was just released (or a
+ * waiter left its line); under locks_lock.  An exclusive lock goes to one
+ * taker at a time: when no shared taker waits here, only the one that has
+ * waited longest is woken, not all to find that they must wait on (the
+ * others ask again within 100 ms, which keeps a fair waiter's place).  It is
+ * the first in a fair line among this cluster's waiters: they stand in line
+ * in the order of their first asks, which the worker sent in the order it
+ * recorded them.
+ */
 static void
-wake_waiters(const char *name)
+wake_waiters_locked(const char *name)
 {
 	uint32		h = seckill_lock_wait_hash(name);
+	int			head_pid = 0;
+	TimestampTz head_since = 0;
+	bool		exclusive = true;
 
+	for (int i = 0; i < seckill_max_locks && exclusive; i++)
+	{
+		SeckillLockEntry *e = &seckill_locks[i];
+
+		if (e->state != LOCK_WAITING || strcmp(e->name, name) != 0)
+			continue;
+		exclusive = e->mode != LOCK_SHARED;
+		if (exclusive && (head_pid == 0 || e->acquired_at < head_since))
+		{
+			head_since = e->acquired_at;
+			head_pid = e->owner_pid;
+		}
+	}
+	if (exclusive && head_pid != 0)
+	{
+		PGPROC	   *head = BackendPidGetProc(head_pid);
+
+		if (head != NULL)
+		{
+			SetLatch(&head->procLatch);
+			return;
+		}
+	}
 	for (int i = 0; i < seckill_slot_count(); i++)
 		if (seckill_slots[i].lock_wait == h && seckill_slots[i].latch != NULL)
 			SetLatch(seckill_slots[i].latch);
+}
+
+static void
+wake_waiters(const char *name)
+{
+	LWLockAcquire(seckill_lock_table->lock, LW_SHARED);
+	wake_waiters_locked(name);
+	LWLockRelease(seckill_lock_table->lock);
 }
 
 /*
@@ -115,6 +159,11 @@ record(const SeckillRequest *request, SeckillLockState state, int place, Timesta
 				e = &seckill_locks[i];
 	if (e != NULL)
 	{
+		/* a waiter waits since its first ask, unless it lost its place since */
+		bool		waited = state == LOCK_WAITING && e->state == LOCK_WAITING &&
+			(place == 0 || place <= e->place);
+		TimestampTz waiting_since = waited ? e->acquired_at : since;
+
 		memset(e, 0, sizeof(SeckillLockEntry));
 		e->state = state;
 		e->mode = (SeckillLockMode) request->lock.mode;
@@ -126,7 +175,8 @@ record(const SeckillRequest *request, SeckillLockState state, int place, Timesta
 		e->watchdog = request->lock.watchdog;
 		e->depth = 1;
 		e->lease_ms = request->lock.lease_ms;
-		e->acquired_at = e->renewed_at = since;
+		e->acquired_at = waiting_since;
+		e->renewed_at = since;
 	}
 	LWLockRelease(seckill_lock_table->lock);
 	if (state == LOCK_RELEASE)
@@ -186,6 +236,8 @@ acquire_by_redlock(const SeckillRequest *request, SeckillReply *reply)
 							   request->lock.owner, request->lock.lease_ms, why, sizeof(why)))
 	{
 		case REDLOCK_BUSY:
+			if (request->lock.waits)
+				record(request, LOCK_WAITING, 0, sent);
 			reply->status = SK_BUSY;
 			return;
 		case REDLOCK_FAILED:
@@ -469,7 +521,7 @@ sk_lock_keeper_tick(void)
 		if (jobs[i].release)
 		{
 			e->state = LOCK_FREE;
-			wake_waiters(jobs[i].name);
+			wake_waiters_locked(jobs[i].name);
 		}
 		else if (result[i] == SK_LEASE_YES)
 		{

@@ -288,19 +288,30 @@ take_lock(const char *name, SeckillLockMode mode, bool xact, TimestampTz deadlin
 	}
 	else if (e != NULL)
 		e->state = LOCK_RELEASE;	/* its lease is gone: a new acquisition */
-	else if ((other = own_lock(name, !xact, shared)) != NULL ||
-			 (other = own_lock(name, xact, !shared)) != NULL ||
-			 (other = own_lock(name, !xact, !shared)) != NULL)
+	else if ((other = own_lock(name, !xact, shared)) != NULL)
 	{
 		const char *holder = taker_name(other->mode, other->xact);
 
 		LWLockRelease(seckill_lock_table->lock);
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("this session holds lock \"%s\" %s with %s scope", name,
-						other->mode == LOCK_SHARED ? "shared" : "exclusive",
-						other->xact ? "transaction" : "session"),
-				 errhint("Take it again with the same function, %s, or release it first.", holder)));
+				 errmsg("this session holds lock \"%s\" with %s scope", name,
+						xact ? "session" : "transaction"),
+				 errhint("Take it again with the same function, %s.", holder)));
+	}
+	else if ((other = own_lock(name, xact, !shared)) != NULL ||
+			 (other = own_lock(name, !xact, !shared)) != NULL)
+	{
+		bool		other_xact = other->xact;
+
+		LWLockRelease(seckill_lock_table->lock);
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("this session holds lock \"%s\" %s", name, shared ? "exclusive" : "shared"),
+				 other_xact ?
+				 errhint("A session holds a lock either shared or exclusive; that one is released at the end of its transaction.") :
+				 errhint("A session holds a lock either shared or exclusive: release it with %s first.",
+						 shared ? "seckill_unlock()" : "seckill_unlock_shared()")));
 	}
 	LWLockRelease(seckill_lock_table->lock);
 	if (e != NULL && !again)

@@ -130,13 +130,13 @@ campaign_status(int64 id, SeckillReply *reply)
 }
 
 /*
- * Compare Redis with PostgreSQL, the journal settled; on drift, rebuild the
- * campaign from PostgreSQL.  The reply waits for that rebuild (SK_PENDING).
+ * Compare Redis with PostgreSQL, the journal settled: reply values 0-6 as
+ * seckill_reconcile() returns them (6: they differ).  False with an error
+ * in the reply when the campaign cannot be compared.
  */
-void
-sk_admin_reconcile(const SeckillRequest *request, SeckillReply *reply)
+static bool
+compare(int64 id, SeckillReply *reply)
 {
-	int64		id = request->campaign_id;
 	int			committed,
 				compensated;
 	SeckillCampaignRow row;
@@ -144,32 +144,30 @@ sk_admin_reconcile(const SeckillRequest *request, SeckillReply *reply)
 	long long	redis_stock,
 				redis_buyers;
 	int			expected;
-	bool		repaired;
 
 	if (!sk_journal_replay_campaign(id, &committed, &compensated))
 	{
 		sk_journal_not_ready(reply);
-		return;
+		return false;
 	}
 	campaign_status(id, reply);
 	if (reply->status != SK_OK)
-		return;
+		return false;
 	redis_stock = reply->values[0];
 	redis_buyers = reply->values[1];
 
-	store_begin("seckill: reconcile campaign");
+	store_begin("seckill: compare campaign");
 	if (!store_campaign(id, &row))
 	{
 		store_commit();
 		seckill_reply_error(reply, SK_ERR_INVALID, "campaign " INT64_FORMAT " does not exist", id);
 		reply->sqlerrcode = ERRCODE_UNDEFINED_OBJECT;
-		return;
+		return false;
 	}
 	buyers = store_buyer_count(id, row.rebuy_after_cancel);
 	store_commit();
 
 	expected = row.total_stock - row.sold;
-	repaired = redis_stock != expected || redis_buyers != buyers;
 	memset(reply->values, 0, sizeof(reply->values));
 	reply->status = SK_OK;
 	reply->values[0] = redis_stock;
@@ -178,14 +176,62 @@ sk_admin_reconcile(const SeckillRequest *request, SeckillReply *reply)
 	reply->values[3] = buyers;
 	reply->values[4] = committed;
 	reply->values[5] = compensated;
-	reply->values[6] = repaired;
-	if (repaired)
+	reply->values[6] = redis_stock != expected || redis_buyers != buyers;
+	return true;
+}
+
+/* Compare Redis with PostgreSQL; on drift, rebuild the campaign (the reply waits for it: SK_PENDING). */
+void
+sk_admin_reconcile(const SeckillRequest *request, SeckillReply *reply)
+{
+	int64		id = request->campaign_id;
+
+	if (!compare(id, reply) || !reply->values[6])
+		return;
+	ereport(LOG,
+			(errmsg("seckill reconcile found drift in campaign " INT64_FORMAT ": Redis stock %lld, expected %lld; Redis buyers %lld, expected %lld",
+					id, (long long) reply->values[0], (long long) reply->values[1],
+					(long long) reply->values[2], (long long) reply->values[3])));
+	sk_rebuild_request(id);
+	reply->status = SK_PENDING;
+}
+
+/*
+ * The campaigns a promotion marked stale (worker/epoch.c), at once after the
+ * take-over: each whose Redis, its journal settled, holds what the promoted
+ * primary's PostgreSQL holds -- nothing was lost, as in a clean switchover
+ * -- sells again without a rebuild; the others are rebuilt from PostgreSQL.
+ * So a switchover costs the campaign a journal replay and a count of its
+ * buyers, not a rebuild of every buyer.
+ */
+void
+sk_admin_settle_take_over(void)
+{
+	const int64 *ids;
+	int			n = sk_epoch_stale_campaigns(&ids);
+
+	for (int i = 0; i < n; i++)
 	{
-		ereport(LOG,
-				(errmsg("seckill reconcile found drift in campaign " INT64_FORMAT ": Redis stock %lld, expected %d; Redis buyers %lld, expected " INT64_FORMAT,
-						id, redis_stock, expected, redis_buyers, buyers)));
-		sk_rebuild_request(id);
-		reply->status = SK_PENDING;
+		int64		id = ids[i];
+		SeckillReply reply;
+
+		if (!compare(id, &reply))
+			ereport(LOG,
+					(errmsg("seckill worker rebuilds campaign " INT64_FORMAT " after the take-over: it could not compare it with PostgreSQL: %s",
+							id, reply.message)));
+		else if (reply.values[6])
+			ereport(LOG,
+					(errmsg("seckill worker found campaign " INT64_FORMAT " in Redis unlike PostgreSQL after the take-over (stock %lld, expected %lld; buyers %lld, expected %lld): it is rebuilt from PostgreSQL",
+							id, (long long) reply.values[0], (long long) reply.values[1],
+							(long long) reply.values[2], (long long) reply.values[3])));
+		else if (sk_epoch_unstale(id, sk_journal_campaign_shards(id)))
+		{
+			ereport(LOG,
+					(errmsg("seckill worker found campaign " INT64_FORMAT " in Redis as PostgreSQL has it after the take-over (stock %lld, %lld buyers): it sells again without a rebuild",
+							id, (long long) reply.values[0], (long long) reply.values[2])));
+			continue;
+		}
+		sk_rebuild_lost(id);
 	}
 }
 

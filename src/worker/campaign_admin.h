@@ -20,5 +20,6 @@ extern void sk_admin_cancel(const SeckillRequest *request, SeckillReply *reply);
 extern void sk_admin_release(const SeckillRequest *request, SeckillReply *reply);
 extern void sk_admin_restock(const SeckillRequest *request, SeckillReply *reply);
 extern void sk_admin_limits(const SeckillRequest *request, SeckillReply *reply);
+extern void sk_admin_settle_take_over(void);
 
 #endif							/* SECKILL_CAMPAIGN_ADMIN_H */

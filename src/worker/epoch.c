@@ -6,9 +6,11 @@
  * The worker's epoch is the timeline it writes on.  Redis keeps the newest
  * one under the key prefix, and every campaign it loads carries the epoch
  * that loaded it.  A promoted standby (a newer timeline) takes the prefix
- * over and marks every preheated campaign stale: each is rebuilt from
- * PostgreSQL before it sells again, its journal settled against the
- * promoted primary's orders.  A primary left behind by a failover (an older
+ * over and marks every preheated campaign stale: none sells before its
+ * journal is settled against the promoted primary's orders and Redis is
+ * found to hold what PostgreSQL holds (nothing was lost, as in a clean
+ * switchover: sk_epoch_unstale), or else it is rebuilt from PostgreSQL
+ * (worker/campaign_admin.c).  A primary left behind by a failover (an older
  * timeline, restarted on its own or cut off while it ran) is fenced: the
  * scripts refuse its purchases, give-backs, restocks and loads, and the
  * worker stops selling, replaying and reconciling until it restarts; and
@@ -190,12 +192,15 @@ take_over(const char *why, const char *stale)
 	foreach(lc, rows)
 		taken_over[ntaken_over++] = ((SeckillCampaignRow *) lfirst(lc))->id;
 	ereport(LOG,
-			(errmsg("seckill worker takes this Redis over (%s): %d preheated campaign(s) are rebuilt from PostgreSQL before they sell again",
+			(errmsg("seckill worker takes this Redis over (%s): %d preheated campaign(s) are checked against PostgreSQL, and rebuilt from it where they differ, before they sell again",
 					why, list_length(rows))));
 	return true;
 }
 
-/* The campaigns the last take-over marked stale, handed out once: to be rebuilt. */
+/*
+ * The campaigns the last take-over marked stale, handed out once: to be
+ * checked against PostgreSQL, and rebuilt where they differ.
+ */
 int
 sk_epoch_stale_campaigns(const int64 **ids)
 {
@@ -204,6 +209,33 @@ sk_epoch_stale_campaigns(const int64 **ids)
 	*ids = taken_over;
 	ntaken_over = 0;
 	return n;
+}
+
+/*
+ * A campaign a take-over marked stale holds in Redis what PostgreSQL holds:
+ * it sells again without a rebuild, in each shard this epoch still holds.
+ * False when Redis failed or a newer epoch holds a shard.
+ */
+bool
+sk_epoch_unstale(int64 id, int nshards)
+{
+	SkPipeline	p;
+	SkReply    *r;
+
+	sk_pipeline_init(&p);
+	for (int shard = 0; shard < nshards; shard++)
+	{
+		const char *key = sk_keys_shard(id, shard, nshards, "meta");
+
+		sk_pipeline_script(&p, SK_SCRIPT_UNSTALE, 1, &key, 1, (const char *[]) {sk_epoch_arg()});
+	}
+	r = sk_pipeline_exec(&p);
+	if (r == NULL)
+		return false;
+	for (int shard = 0; shard < nshards; shard++)
+		if (r[shard].type != REDIS_REPLY_INTEGER || r[shard].integer != 1)
+			return false;
+	return true;
 }
 
 /*

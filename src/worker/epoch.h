@@ -19,5 +19,6 @@ extern void sk_epoch_recall(void);
 extern void sk_epoch_reply_fenced(SeckillReply *reply);
 extern int64 sk_epoch_record_ids(int64 first, int64 last);
 extern int	sk_epoch_stale_campaigns(const int64 **ids);
+extern bool sk_epoch_unstale(int64 id, int nshards);
 
 #endif							/* SECKILL_EPOCH_H */

@@ -44,6 +44,7 @@
 #include "utils/memutils.h"
 #include "utils/timeout.h"
 #include "worker/audit.h"
+#include "worker/campaign_admin.h"
 #include "worker/database_mode.h"
 #include "worker/dispatch.h"
 #include "worker/epoch.h"
@@ -98,6 +99,9 @@ serve_purchases(RoundItem **buys, int n)
 	/* first, as it may queue rebuilds */
 	through_redis = sk_journal_ready() &&
 		(!seckill_shared->sales_from_database || sk_database_mode_leave());
+	/* a take-over in that replay: its campaigns sell again, or are rebuilt, first */
+	if (through_redis)
+		sk_admin_settle_take_over();
 	for (int i = 0; i < n; i++)
 	{
 		const char *why;
@@ -217,23 +221,13 @@ serve_rounds(int nitems, int nbuys)
 	sk_purchase_flush();
 }
 
-/* A promotion marked the preheated campaigns stale: rebuild them. */
-static void
-rebuild_stale_campaigns(void)
-{
-	const int64 *ids;
-	int			n = sk_epoch_stale_campaigns(&ids);
-
-	for (int i = 0; i < n; i++)
-		sk_rebuild_lost(ids[i]);
-}
-
 /*
  * What comes between rounds: the campaign cache, the fence remembered in
- * PostgreSQL, Redis' connection, the replays, the rebuilds a promotion or
- * the way back from database mode asks for, the locks' watchdog, a kept
- * lease, the blocked replays and the audit.  Milliseconds until the kept
- * lease is given back, if its caller asks no more (-1: none is kept).
+ * PostgreSQL, Redis' connection, the replays, the campaigns a promotion
+ * marked stale, the rebuilds the way back from database mode asks for, the
+ * locks' watchdog, a kept lease, the blocked replays and the audit.
+ * Milliseconds until the kept lease is given back, if its caller asks no
+ * more (-1: none is kept).
  */
 static long
 between_rounds(void)
@@ -249,7 +243,7 @@ between_rounds(void)
 	sk_redis_watch();
 	if (sk_journal_needs_replay())
 		(void) sk_journal_ready();
-	rebuild_stale_campaigns();
+	sk_admin_settle_take_over();
 	/* Redis is back after sales from PostgreSQL alone: rebuild it before it sells */
 	if (seckill_shared->sales_from_database && sk_journal_ready())
 		(void) sk_database_mode_leave();

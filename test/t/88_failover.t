@@ -18,6 +18,8 @@
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
+# shellcheck source=test/t/pg_pair.sh
+. "$(dirname "$0")/pg_pair.sh"
 
 # Below 32768, the start of the kernel's range of ephemeral ports: an outgoing
 # connection never takes one of them first.  Derived from the suite's port, so
@@ -30,50 +32,21 @@ sync_port=$((base + 3))
 prefix="failover$$"
 work=$(mktemp -d -p "$SECKILL_TMP" failover.XXXXXX)
 chown postgres: "$work"
-client=
 relay=
 
 # socat forks a process per connection: signal them all
 relay_signal() { kill "-$1" "$relay" $(pgrep -P "$relay") 2>/dev/null; }
 cleanup() {
-	[ -n "$client" ] && kill "$client" 2>/dev/null && wait "$client"
 	[ -n "$relay" ] && relay_signal KILL
-	local dir
-	for dir in primary standby sync; do
-		[ -f "$work/$dir/postmaster.pid" ] && pgctl "$dir" -w -m immediate stop >/dev/null 2>&1
-	done
-	redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" --scan --pattern "$prefix:*" |
-		xargs -r redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" del >/dev/null
+	pair_cleanup primary standby sync
 	[ "${SECKILL_KEEP:-0}" = 1 ] || rm -rf "$work"
 }
 trap cleanup EXIT
 
-at() { # at port psql-arguments...
-	local port=$1
-	shift
-	psql -XAtq -h 127.0.0.1 -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"
-}
-val() { at "$1" -c "$2"; }
-pgctl() { # pgctl server pg_ctl-arguments...
-	local dir=$1
-	shift
-	seckill_as_postgres pg_ctl -D "$work/$dir" -l "$work/$dir.log" "$@"
-}
-ready() { pg_isready -q -h 127.0.0.1 -p "$1"; }
-now_ms() { date +%s%3N; }
 lsn_diff() { val "$primary_port" "SELECT pg_wal_lsn_diff('$1', '$2')::bigint"; }
 finish() { done_testing_with_logs 25 "$work"/*.log; }
 
 ports_free SECKILL_FAILOVER_PORT "$primary_port" "$standby_port" "$relay_port" "$sync_port"
-
-# standby name source_port port: a base backup of the server on source_port,
-# started as its standby on port
-standby() {
-	seckill_as_postgres pg_basebackup -h 127.0.0.1 -p "$2" -U postgres -D "$work/$1" \
-		-R -X stream -c fast >"$work/$1-basebackup.out" 2>&1 || return 1
-	echo "port = $3" >>"$work/$1/postgresql.conf"
-	pgctl "$1" -w start >/dev/null && seckill_wait_for "ready $3" 30
-}
 
 # answers/s of a client over a window of its steady load
 throughput() {
@@ -84,68 +57,9 @@ throughput() {
 	n1=$(wc -l <"$1")
 	echo $(((n1 - n0) * 1000 / ($(now_ms) - t0)))
 }
-oks() { grep -c ' ok ' "$1"; }
-oks_after() { tail -n +"$(($2 + 1))" "$1" | grep -c ' ok '; }
-
-# sale name goods dsn...: the client in the background, 24 threads, its log
-# $work/name.answers; stop_sale ends it
-sale() {
-	local name=$1 goods=$2
-	shift 2
-	rm -f "$work/stop"
-	: >"$work/$name.answers"
-	/usr/bin/python3 "$SECKILL_ROOT/test/t/failover_client.py" "$work/$name.answers" "$goods" 24 120 \
-		"$work/stop" "$@" 2>"$work/$name.client.err" &
-	client=$!
-}
-stop_sale() {
-	touch "$work/stop"
-	wait "$client"
-	client=
-}
-dsn() { echo "host=127.0.0.1 port=$1 user=postgres dbname=postgres"; }
-
-# load name port: the client's log into table answers_<name> on that server
-load() {
-	at "$2" <<SQL
-CREATE TABLE answers_$1 (line serial, user_id text, status text, order_id text);
-\copy answers_$1 (user_id, status, order_id) FROM '$work/$1.answers' WITH (DELIMITER ' ')
-SQL
-}
-statuses() {
-	awk '{ print $2 == "error" ? "error " $3 : $2 }' "$1" | sort | uniq -c |
-		awk '{ printf "%s%s %s", sep, $2 ($3 == "" ? "" : " " $3), $1; sep = ", " }'
-}
-# Redis as PostgreSQL says: stock = total - sold, one buyer per active order
-agrees() {
-	val "$1" "SELECT s.redis_stock = s.pg_stock AND s.redis_buyers = (SELECT count(*) FROM seckill.orders o
-		WHERE o.campaign_id = s.campaign_id AND o.status <> 'cancelled') FROM seckill_status('$2') s" 2>/dev/null
-}
-figures() {
-	val "$1" "SELECT 'sold ' || sold || ', pg_stock ' || pg_stock || ', redis_stock ' || redis_stock
-		|| ', redis_buyers ' || redis_buyers || ', in_flight ' || in_flight || ', active orders '
-		|| (SELECT count(*) FROM seckill.orders o WHERE o.campaign_id = s.campaign_id AND o.status <> 'cancelled')
-		FROM seckill_status('$2') s" 2>&1
-}
 
 # The primary, and its standby behind the relay
-seckill_as_postgres initdb -D "$work/primary" -U postgres --auth=trust \
-	-E UTF8 --locale=C.UTF-8 --no-sync >"$work/initdb.out" 2>&1
-{
-	echo "listen_addresses = '127.0.0.1'"
-	echo "port = $primary_port"
-	echo "unix_socket_directories = '$work'"
-	echo "shared_preload_libraries = 'seckill'"
-	echo "seckill.redis_host = '127.0.0.1'"
-	echo "seckill.redis_port = $SECKILL_REDIS_PORT"
-	echo "seckill.redis_prefix = '$prefix'"
-	echo "wal_level = replica"
-	echo "max_wal_senders = 10"
-	echo "hot_standby = on"
-	echo "logging_collector = off"
-	echo "log_min_messages = info"
-} >>"$work/primary/postgresql.conf"
-pgctl primary -w start >/dev/null && seckill_wait_for "ready $primary_port" 30
+primary primary "$primary_port"
 ok "[ $? -eq 0 ]" "a primary of our own on port $primary_port, Redis prefix $prefix" || finish
 val "$primary_port" "CREATE EXTENSION seckill" >/dev/null
 
@@ -155,7 +69,7 @@ seckill_wait_for "(exec 3<>/dev/tcp/127.0.0.1/$relay_port) 2>/dev/null" 10
 standby standby "$relay_port" "$standby_port"
 ok "[ $? -eq 0 ]" "its standby on port $standby_port, replicating through a relay on port $relay_port" ||
 	{ diag "$(cat "$work/standby-basebackup.out")"; finish; }
-seckill_wait_for "[ \"\$(val $primary_port \"SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'\")\" = 1 ]" 30
+seckill_wait_for "streaming $primary_port 1" 30
 ok "[ $? -eq 0 ]" "the standby streams" || finish
 
 goods="failover-async-$$"
@@ -175,7 +89,7 @@ ok "[ $? -eq 0 ]" \
 ok "[ $took -lt 1000 ]" "and says it at once ($took ms)"
 
 # 1. Async: the link stalls, the primary dies, the standby is promoted
-sale async "$goods" "$(dsn "$primary_port")" "$(dsn "$standby_port")"
+sale async "$goods" 24 "$(dsn "$primary_port")" "$(dsn "$standby_port")"
 seckill_wait_for "[ \$(oks '$work/async.answers') -ge 2000 ]" 30
 ok "[ $? -eq 0 ]" "async: the sale is under way" || finish
 async_rate=$(throughput "$work/async.answers")
@@ -321,7 +235,7 @@ sync_goods="failover-sync-$$"
 val "$new" "SELECT seckill_campaign_create('$sync_goods', 1000000)" >/dev/null
 is "$(val "$new" "SELECT seckill_preheat('$sync_goods')")" 1000000 "sync: a campaign of 1,000,000, preheated" || finish
 
-sale sync "$sync_goods" "$(dsn "$new")" "$(dsn "$sync_port")"
+sale sync "$sync_goods" 24 "$(dsn "$new")" "$(dsn "$sync_port")"
 seckill_wait_for "[ \$(oks '$work/sync.answers') -ge 2000 ]" 30
 ok "[ $? -eq 0 ]" "sync: the sale is under way" || finish
 sync_rate=$(throughput "$work/sync.answers")

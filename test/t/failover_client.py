@@ -4,9 +4,10 @@
     failover_client.py LOG GOODS THREADS SECONDS STOP_FILE DSN...
 
 Each thread buys for its own users, t<thread>-1, t<thread>-2, ..., one call
-after another, and appends each answer to LOG as "user status order_id"
-("-" for no id), or "user error SQLSTATE" ("conn" when the connection broke
-with no SQLSTATE).  A connection that fails is replaced by the first DSN that
+after another, and appends each answer to LOG as "user status order_id ms"
+("-" for no id), or "user error SQLSTATE ms" ("conn" when the connection
+broke with no SQLSTATE); ms is when the answer came, in milliseconds since
+the Unix epoch.  A connection that fails is replaced by the first DSN that
 accepts one, tried in order.  Runs until STOP_FILE exists or SECONDS passed.
 """
 import os
@@ -29,7 +30,7 @@ def done():
 
 def record(line):
     with log_lock:
-        log.write(line + "\n")
+        log.write(f"{line} {time.time_ns() // 1000000}\n")
 
 
 def connect():

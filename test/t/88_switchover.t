@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# A clean switchover under a sale, and back, on a primary and standby of our
+# own that share the suite's Redis under their own key prefix
+# (test/t/pg_pair.sh).  A campaign of 500,000 buyers sells to 32 clients
+# that log every answer with its time.  The primary is checkpointed and
+# stopped (fast), which hands its standby every last record; the standby is
+# promoted.  Nothing was lost, so the promoted primary settles the journal
+# and finds Redis holding what its PostgreSQL holds, instead of rebuilding
+# the campaign: the longest time without an ok is printed, and is at most
+# 2 s.  The old primary then rejoins as a standby of the new one (no
+# pg_rewind: it stopped cleanly) and the switchover goes back the same way.
+# At the end every acked order is on the last primary with its user, no
+# user holds two active orders, nothing is oversold, and Redis agrees with
+# PostgreSQL without a reconcile.
+set -uo pipefail
+# shellcheck source=test/t/tap.sh
+. "$(dirname "$0")/tap.sh"
+# shellcheck source=test/t/pg_pair.sh
+. "$(dirname "$0")/pg_pair.sh"
+
+# Below 32768 (see 88_failover.t), beside its ports
+base=${SECKILL_SWITCHOVER_PORT:-$((PGPORT % 10000 + 20010))}
+a_port=$base
+b_port=$((base + 1))
+prefix="switchover$$"
+work=$(mktemp -d -p "$SECKILL_TMP" switchover.XXXXXX)
+chown postgres: "$work"
+cleanup() {
+	pair_cleanup a b
+	[ "${SECKILL_KEEP:-0}" = 1 ] || rm -rf "$work"
+}
+trap cleanup EXIT
+finish() { done_testing_with_logs 25 "$work"/*.log; }
+ports_free SECKILL_SWITCHOVER_PORT "$a_port" "$b_port"
+
+buyers=500000
+gap_limit_ms=2000
+
+primary a "$a_port"
+ok "[ $? -eq 0 ]" "a primary of our own on port $a_port, Redis prefix $prefix" || finish
+val "$a_port" "CREATE EXTENSION seckill" >/dev/null
+goods="switchover-$$"
+at "$a_port" <<SQL
+SELECT seckill_campaign_create('$goods', 4000000) AS id \gset
+INSERT INTO seckill.orders (id, campaign_id, user_id, qty)
+SELECT b.id + k, :id, 'buyer-' || (b.id + k), 1
+FROM (SELECT nextval('seckill.order_ids') AS id FROM generate_series(1, $buyers / 1000)) b, generate_series(0, 999) k;
+UPDATE seckill.campaigns SET sold = $buyers WHERE id = :id;
+SQL
+cid=$(val "$a_port" "SELECT id FROM seckill.campaigns WHERE goods = '$goods'")
+is "$(PGOPTIONS='-c seckill.request_timeout=120s' val "$a_port" "SELECT seckill_preheat('$goods')")" \
+	$((4000000 - buyers)) "a campaign of $buyers buyers, preheated" || finish
+
+standby b "$a_port" "$b_port"
+ok "[ $? -eq 0 ]" "its standby on port $b_port" || { diag "$(cat "$work/b-basebackup.out")"; finish; }
+seckill_wait_for "streaming $a_port 1" 30
+ok "[ $? -eq 0 ]" "the standby streams" || finish
+
+sale sw "$goods" 32 "$(dsn "$a_port")" "$(dsn "$b_port")"
+seckill_wait_for "[ \$(oks '$work/sw.answers') -ge 2000 ]" 60
+ok "[ $? -eq 0 ]" "32 clients buy" || finish
+
+# gap from_ms to_ms: the longest time without an ok in that window, in ms
+gap() {
+	awk -v from="$1" -v to="$2" '$2 == "ok" && $4 >= from && $4 <= to { print $4 }' "$work/sw.answers" |
+		sort -n | awk 'NR > 1 && $1 - p > m { m = $1 - p } { p = $1 } END { print m + 0 }'
+}
+# last_checkpoint server: where the stopped server's WAL ends
+last_checkpoint() {
+	seckill_as_postgres pg_controldata "$work/$1" | awk -F': *' '/^Latest checkpoint location/ { print $2 }'
+}
+
+# switchover from from_port to to_port: the clean switchover, its checks; sets
+# switch_gap (ms)
+switchover() {
+	local from=$1 from_port=$2 to=$3 to_port=$4 stop_ms line end_lsn received promoted_ms log_line
+	val "$from_port" "CHECKPOINT"
+	line=$(wc -l <"$work/sw.answers")
+	stop_ms=$(now_ms)
+	pgctl "$from" -w -m fast stop >/dev/null
+	ok "[ $? -eq 0 ]" "$from -> $to: $from stopped (fast)"
+	end_lsn=$(last_checkpoint "$from")
+	received=$(val "$to_port" "SELECT pg_last_wal_receive_lsn() >= '$end_lsn'")
+	is "$received" t "$from -> $to: $to has received $from's WAL to its end ($end_lsn): nothing is lost"
+	log_line=$(wc -l <"$work/$to.log")
+	pgctl "$to" -w promote >/dev/null &&
+		seckill_wait_for "[ \"\$(val $to_port 'SELECT pg_is_in_recovery()' 2>/dev/null)\" = f ]" 30
+	ok "[ $? -eq 0 ]" "$from -> $to: $to is promoted" || finish
+	promoted_ms=$(now_ms)
+	seckill_wait_for "[ \$(oks_after '$work/sw.answers' $line) -ge 2000 ]" 60
+	ok "[ $? -eq 0 ]" "$from -> $to: the clients buy on from $to" || finish
+	switch_gap=$(gap $((stop_ms - 1000)) "$(now_ms)")
+	diag "$from -> $to: stopped $from and promoted $to in $((promoted_ms - stop_ms)) ms;" \
+		"  the longest time without an ok: $switch_gap ms; answers since the stop:" \
+		"  $(tail -n +"$((line + 1))" "$work/sw.answers" | statuses /dev/stdin)"
+	ok "[ $switch_gap -le $gap_limit_ms ]" \
+		"$from -> $to: the longest time without an ok is $switch_gap ms (at most $gap_limit_ms) for a campaign of $buyers buyers"
+	tail -n +"$((log_line + 1))" "$work/$to.log" >"$work/$to-promoted.out"
+	grep -q "found campaign $cid in Redis as PostgreSQL has it after the take-over" "$work/$to-promoted.out"
+	ok "[ $? -eq 0 ]" "$from -> $to: $to found the campaign in Redis as PostgreSQL has it"
+	! grep -q "loaded campaign $cid " "$work/$to-promoted.out"
+	ok "[ $? -eq 0 ]" "$from -> $to: and did not rebuild it" ||
+		diag "$(grep -E "campaign $cid|takes this Redis" "$work/$to-promoted.out")"
+}
+
+switchover a "$a_port" b "$b_port"
+b_gap=$switch_gap
+
+# The old primary rejoins as a standby of the new one
+seckill_as_postgres touch "$work/a/standby.signal"
+echo "primary_conninfo = 'host=127.0.0.1 port=$b_port user=postgres'" >>"$work/a/postgresql.auto.conf"
+pgctl a -w start >/dev/null && seckill_wait_for "streaming $b_port 1" 30
+ok "[ $? -eq 0 ]" "a rejoins as a standby of b, without pg_rewind" || finish
+seckill_wait_for "[ \"\$(val $a_port 'SELECT pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn()')\" = t ]" 30
+
+switchover b "$b_port" a "$a_port"
+a_gap=$switch_gap
+stop_sale
+diag "answers: $(statuses "$work/sw.answers"); longest times without an ok: a -> b $b_gap ms, b -> a $a_gap ms"
+
+load sw "$a_port"
+is "$(val "$a_port" "SELECT count(*) FROM answers_sw a WHERE a.status = 'ok' AND NOT EXISTS
+	(SELECT 1 FROM seckill.orders o WHERE o.id = a.order_id::bigint AND o.user_id = a.user_id)")" 0 \
+	"every acked order is on the last primary, with its user ($(oks "$work/sw.answers") acks)"
+is "$(val "$a_port" "SELECT count(*) FROM (SELECT 1 FROM seckill.orders WHERE campaign_id = $cid
+	AND status <> 'cancelled' GROUP BY user_id HAVING count(*) > 1) d")" 0 "no user holds two active orders"
+is "$(val "$a_port" "SELECT c.sold <= c.total_stock AND coalesce(sum(o.qty), 0) = c.sold FROM seckill.campaigns c
+	LEFT JOIN seckill.orders o ON o.campaign_id = c.id AND o.status <> 'cancelled' WHERE c.id = $cid GROUP BY c.id")" t \
+	"no oversell (sum of active orders = sold <= stock)"
+is "$(agrees "$a_port" "$goods")" t "Redis agrees with the last primary without a reconcile" ||
+	diag "$(figures "$a_port" "$goods")"
+
+finish

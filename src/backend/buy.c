@@ -119,12 +119,12 @@ buy(FunctionCallInfo fcinfo, SeckillRequest *request, const char *goods, const c
 	uint32		in_flight;
 	SeckillReply reply;
 
-	/* no answer from this server's data once a newer primary sells */
+	/* no answer from this server's data once another primary sells */
 	if (seckill_shared->fenced)
 	{
 		memset(&reply, 0, sizeof(reply));
 		reply.status = SK_ERR_FENCED;
-		strlcpy(reply.message, "seckill does not sell on this server: a newer timeline sells through its Redis since a failover",
+		strlcpy(reply.message, "seckill does not sell on this server: another primary sells through its Redis since a failover",
 				sizeof(reply.message));
 		seckill_reply_checked(SK_REQ_BUY, reply);
 	}

@@ -1,11 +1,14 @@
 /*-------------------------------------------------------------------------
  *
  * epoch.c
- *		Who sells through this Redis: the PostgreSQL timeline.
+ *		Who sells through this Redis: the PostgreSQL timeline, and the
+ *		promotion onto it.
  *
  * The worker's epoch is the timeline it writes on.  Redis keeps the newest
- * one under the key prefix, and every campaign it loads carries the epoch
- * that loaded it.  A promoted standby (a newer timeline) takes the prefix
+ * one under the key prefix with the id of the promotion onto it (of two
+ * standbys promoted onto one timeline, the first to record itself sells;
+ * the other is fenced), and every campaign it loads carries the epoch that
+ * loaded it.  A promoted standby (a newer timeline) takes the prefix
  * over and marks every preheated campaign stale: none sells before its
  * journal is settled against the promoted primary's orders and Redis is
  * found to hold what PostgreSQL holds (nothing was lost, as in a clean
@@ -32,11 +35,22 @@
 #include "layout/scripts.h"
 #include "redis/redis.h"
 #include "shared/shmem.h"
+#include "storage/fd.h"
 #include "store/store.h"
+#include "utils/builtins.h"
 #include "utils/memutils.h"
 
 static TimeLineID timeline = 0;
 static char epoch_arg[16];
+
+/*
+ * This server's promotion onto its timeline, recorded in Redis beside the
+ * epoch: a random id kept in the data directory with the timeline it was
+ * taken on (read_promotion); '' when it could not be kept.
+ */
+#define PROMOTION_FILE "seckill_promotion"
+static char promotion[17] = "";
+static bool promotion_read = false;
 
 /* Set when Redis records a newer epoch than ours; until the worker restarts. */
 static bool fenced = false;
@@ -81,9 +95,54 @@ sk_epoch_fence(const char *what)
 	/* backends stop answering from their cache too */
 	seckill_shared->fenced = true;
 	ereport(WARNING,
-			(errmsg("seckill worker stops selling until it restarts: a newer timeline than its own (%u) sells through this Redis (%s)",
-					timeline, what),
+			(errmsg("seckill worker stops selling until it restarts: another primary sells through this Redis (%s); this server is on timeline %u",
+					what, timeline),
 			 errhint("This server was the primary before a failover. Rejoin it as a standby of the new primary (pg_rewind).")));
+}
+
+/*
+ * The id of this server's promotion onto its timeline: the one kept in the
+ * data directory (PROMOTION_FILE, "timeline id") when it was taken on this
+ * timeline, else a new random one kept there.  pg_basebackup and pg_rewind
+ * copy the file, so a standby starts with its primary's id and, promoted
+ * onto a newer timeline, takes its own: two standbys promoted onto the same
+ * timeline have different ids.  It is the server's, not the database's: a
+ * restored or re-created extension keeps it.
+ */
+static void
+read_promotion(void)
+{
+	FILE	   *f;
+	unsigned int on;
+	char		id[sizeof(promotion)];
+	uint8		random[(sizeof(promotion) - 1) / 2];
+
+	promotion_read = true;
+	if ((f = AllocateFile(PROMOTION_FILE, "r")) != NULL)
+	{
+		if (fscanf(f, "%u %16s", &on, id) == 2 && on == timeline && strlen(id) == sizeof(id) - 1)
+			strlcpy(promotion, id, sizeof(promotion));
+		FreeFile(f);
+		if (promotion[0] != '\0')
+			return;
+	}
+	if (!pg_strong_random(random, sizeof(random)))
+		return;
+	id[hex_encode((const char *) random, sizeof(random), id)] = '\0';
+	if ((f = AllocateFile(PROMOTION_FILE ".tmp", "w")) == NULL ||
+		fprintf(f, "%u %s\n", timeline, id) < 0 || fflush(f) != 0 || pg_fsync(fileno(f)) != 0)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("seckill worker could not write \"%s\": %m", PROMOTION_FILE ".tmp"),
+				 errdetail("Without it, two standbys promoted onto one timeline are not told apart.")));
+		if (f != NULL)
+			FreeFile(f);
+		return;
+	}
+	FreeFile(f);
+	if (durable_rename(PROMOTION_FILE ".tmp", PROMOTION_FILE, LOG) == 0)
+		strlcpy(promotion, id, sizeof(promotion));
 }
 
 /*
@@ -99,6 +158,8 @@ void
 sk_epoch_recall(void)
 {
 	(void) sk_epoch_arg();		/* sets timeline */
+	if (!promotion_read)
+		read_promotion();
 	if (IsTransactionState())
 		return;					/* at the next gate */
 	if (!recalled)
@@ -129,7 +190,7 @@ sk_epoch_reply_fenced(SeckillReply *reply)
 {
 	reply->status = SK_ERR_FENCED;
 	snprintf(reply->message, sizeof(reply->message),
-			 "seckill does not sell on this server: a newer timeline than its own (%u) sells through this Redis since a failover",
+			 "seckill does not sell on this server (timeline %u): another primary sells through this Redis since a failover",
 			 timeline);
 }
 
@@ -239,7 +300,27 @@ sk_epoch_unstale(int64 id, int nshards)
 }
 
 /*
- * Before each journal replay: learn whether a newer primary sells through
+ * Does the epoch Redis recorded (its timeline, the promotion's id) fence this
+ * server?  A newer timeline does, and so does another promotion onto ours
+ * that recorded itself first.  A fence is remembered at once.
+ */
+static bool
+fenced_by(int64 recorded, const char *owner)
+{
+	if (recorded > (int64) timeline)
+		sk_epoch_fence(psprintf("timeline " INT64_FORMAT ", recorded in Redis", recorded));
+	else if (recorded == (int64) timeline && owner != NULL && owner[0] != '\0' &&
+			 promotion[0] != '\0' && strcmp(owner, promotion) != 0)
+		sk_epoch_fence(psprintf("another promotion onto timeline %u, %s, recorded itself in Redis first; this one is %s",
+								timeline, owner, promotion));
+	else
+		return false;
+	sk_epoch_recall();
+	return true;
+}
+
+/*
+ * Before each journal replay: learn whether another primary sells through
  * this Redis (fenced), or whether this is a new epoch or a new master (the
  * campaigns are marked stale first, then the epoch and master recorded, so
  * that a take-over broken off is done again next time).  False when fenced
@@ -250,7 +331,8 @@ sk_epoch_check(void)
 {
 	SkPipeline	p;
 	SkReply    *r;
-	const char *keys[2] = {sk_keys_prefixed("epoch"), sk_keys_prefixed("master")};
+	const char *keys[3] = {sk_keys_prefixed("epoch"), sk_keys_prefixed("master"),
+	sk_keys_prefixed("promotion")};
 	int64		recorded;
 	const char *master;
 	char	   *why = NULL;
@@ -260,19 +342,15 @@ sk_epoch_check(void)
 	if (fenced)
 		return false;
 	sk_pipeline_init(&p);
-	sk_pipeline_add(&p, 2, (const char *[]) {"GET", keys[0]}, NULL);
-	sk_pipeline_add(&p, 2, (const char *[]) {"GET", keys[1]}, NULL);
+	for (int i = 0; i < lengthof(keys); i++)
+		sk_pipeline_add(&p, 2, (const char *[]) {"GET", keys[i]}, NULL);
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 		return false;
 	recorded = r[0].type == REDIS_REPLY_STRING ? strtoll(r[0].str, NULL, 10) : 0;
 	master = r[1].type == REDIS_REPLY_STRING ? r[1].str : NULL;
-	if (recorded > (int64) timeline)
-	{
-		sk_epoch_fence("recorded in Redis");
-		sk_epoch_recall();		/* remembered at once */
+	if (fenced_by(recorded, r[2].type == REDIS_REPLY_STRING ? r[2].str : NULL))
 		return false;
-	}
 	if (recorded != 0 && recorded < (int64) timeline)
 	{
 		why = psprintf("timeline %u after timeline " INT64_FORMAT ": a promoted standby", timeline, recorded);
@@ -288,24 +366,20 @@ sk_epoch_check(void)
 		return false;
 
 	sk_pipeline_init(&p);
-	sk_pipeline_script(&p, SK_SCRIPT_EPOCH, 2, keys, 2, (const char *[]) {sk_epoch_arg(), sk_redis_run_id()});
+	sk_pipeline_script(&p, SK_SCRIPT_EPOCH, 3, keys, 3,
+					   (const char *[]) {sk_epoch_arg(), sk_redis_run_id(), promotion});
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 		return false;
-	if (r[0].type != REDIS_REPLY_INTEGER)
+	if (r[0].type != REDIS_REPLY_ARRAY || r[0].elements != 2 ||
+		r[0].element[0].type != REDIS_REPLY_INTEGER || r[0].element[1].type != REDIS_REPLY_STRING)
 	{
 		sk_redis_disconnect(psprintf("Redis refused seckill's epoch script: %s",
 									 r[0].str ? r[0].str : "unexpected reply"));
 		return false;
 	}
-	/* a newer primary recorded itself meanwhile */
-	if (r[0].integer > (int64) timeline)
-	{
-		sk_epoch_fence("recorded in Redis");
-		sk_epoch_recall();		/* remembered at once */
-		return false;
-	}
-	return true;
+	/* another primary recorded itself meanwhile */
+	return !fenced_by(r[0].element[0].integer, r[0].element[1].str);
 }
 
 /*

@@ -11,7 +11,9 @@
 # pg_rewind: it stopped cleanly) and the switchover goes back the same way.
 # At the end every acked order is on the last primary with its user, no
 # user holds two active orders, nothing is oversold, and Redis agrees with
-# PostgreSQL without a reconcile.
+# PostgreSQL without a reconcile.  Then two standbys of the last primary are
+# promoted one after the other onto the same timeline: the first sells, the
+# second is fenced (55P03), remembers it and stays fenced once restarted.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
@@ -22,16 +24,18 @@ set -uo pipefail
 base=${SECKILL_SWITCHOVER_PORT:-$((PGPORT % 10000 + 20010))}
 a_port=$base
 b_port=$((base + 1))
+c_port=$((base + 2))
+d_port=$((base + 3))
 prefix="switchover$$"
 work=$(mktemp -d -p "$SECKILL_TMP" switchover.XXXXXX)
 chown postgres: "$work"
 cleanup() {
-	pair_cleanup a b
+	pair_cleanup a b c d
 	[ "${SECKILL_KEEP:-0}" = 1 ] || rm -rf "$work"
 }
 trap cleanup EXIT
 finish() { done_testing_with_logs 25 "$work"/*.log; }
-ports_free SECKILL_SWITCHOVER_PORT "$a_port" "$b_port"
+ports_free SECKILL_SWITCHOVER_PORT "$a_port" "$b_port" "$c_port" "$d_port"
 
 buyers=500000
 gap_limit_ms=2000
@@ -129,5 +133,43 @@ is "$(val "$a_port" "SELECT c.sold <= c.total_stock AND coalesce(sum(o.qty), 0) 
 	"no oversell (sum of active orders = sold <= stock)"
 is "$(agrees "$a_port" "$goods")" t "Redis agrees with the last primary without a reconcile" ||
 	diag "$(figures "$a_port" "$goods")"
+
+# Two standbys of the last primary, promoted onto the same timeline
+standby c "$a_port" "$c_port" && standby d "$a_port" "$d_port" && seckill_wait_for "streaming $a_port 2" 30
+ok "[ $? -eq 0 ]" "two standbys of a, c and d" || finish
+pgctl a -w -m fast stop >/dev/null
+# buy port user: the answer once it is final, not "not running yet", a timeout or busy
+buy() {
+	local port=$1 user=$2 answer
+	for _ in $(seq 150); do
+		answer=$(at "$port" -v VERBOSITY=verbose -c "SELECT status FROM seckill_buy('$user', '$goods')" 2>&1)
+		grep -qE 'SK00[12]|^busy|25006' <<<"$answer" || break
+		sleep 0.2
+	done
+	echo "$answer"
+}
+timeline() { val "$1" "SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int"; }
+pgctl c -w promote >/dev/null
+is "$(buy "$c_port" c-first)" ok "c, promoted first, sells"
+pgctl d -w promote >/dev/null
+is "$(timeline "$d_port")" "$(timeline "$c_port")" "d is promoted onto the same timeline as c ($(timeline "$c_port"))"
+d_answer=$(buy "$d_port" d-second)
+diag "d: $d_answer"
+grep -q 'ERROR:  55P03:' <<<"$d_answer"
+ok "[ $? -eq 0 ]" "d, promoted second onto it, does not sell: 55P03"
+grep -q "another promotion onto timeline" "$work/d.log"
+ok "[ $? -eq 0 ]" "d's log says another promotion onto its timeline recorded itself first"
+is "$(buy "$c_port" c-second)" ok "c sells on"
+is "$(redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" get "$prefix:{$prefix}:promotion")" \
+	"$(awk -v t="$(timeline "$c_port")" '$1 == t { print $2 }' "$work/c/seckill_promotion")" \
+	"Redis records the id of c's promotion (kept in its data directory) with the epoch"
+remembered() { [ "$(val "$d_port" "SELECT fenced_by_timeline FROM seckill.worker_state")" = $(($(timeline "$d_port") + 1)) ]; }
+seckill_wait_for remembered 10
+ok "[ $? -eq 0 ]" "d remembers the fence in seckill.worker_state"
+pgctl d -w -m fast restart >/dev/null
+d_answer=$(buy "$d_port" d-restarted)
+grep -q 'ERROR:  55P03:' <<<"$d_answer"
+ok "[ $? -eq 0 ]" "d restarted still does not sell: 55P03" || diag "$d_answer"
+is "$(buy "$c_port" c-third)" ok "and c still sells"
 
 finish

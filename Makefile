@@ -33,7 +33,7 @@ PG_CPPFLAGS += -DSECKILL_CRASH_POINTS
 endif
 PG_CFLAGS = -Wall -Wextra -Werror -Wmissing-prototypes -Wno-unused-parameter \
 	-Wno-sign-compare -Wno-missing-field-initializers
-SHLIB_LINK = -lhiredis
+SHLIB_LINK = -lhiredis -lssl -lcrypto
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

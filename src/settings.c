@@ -16,6 +16,11 @@ char	   *seckill_redis_host = NULL;
 int			seckill_redis_port = 6379;
 char	   *seckill_redis_user = NULL;
 char	   *seckill_redis_password_file = NULL;
+bool		seckill_redis_tls = false;
+char	   *seckill_redis_tls_ca_file = NULL;
+char	   *seckill_redis_tls_cert_file = NULL;
+char	   *seckill_redis_tls_key_file = NULL;
+char	   *seckill_redis_tls_server_name = NULL;
 char	   *seckill_redis_prefix = NULL;
 char	   *seckill_redis_sentinels = NULL;
 char	   *seckill_redis_master_name = NULL;
@@ -126,6 +131,29 @@ seckill_define_gucs(void)
 							   "The password itself is never a setting, so it cannot show in pg_settings or in the log of changed settings.",
 							   &seckill_redis_password_file, "",
 							   PGC_SIGHUP, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomBoolVariable("seckill.redis_tls",
+							 "Whether the worker speaks TLS to Redis (to its master, or to every master of a Redis Cluster).",
+							 "The server's certificate is checked against seckill.redis_tls_ca_file (else the system's CAs) and its name against seckill.redis_tls_server_name (else the host connected to).",
+							 &seckill_redis_tls, false,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("seckill.redis_tls_ca_file",
+							   "File of the CA certificates that Redis' certificate must chain to; empty: the system's.",
+							   NULL, &seckill_redis_tls_ca_file, "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomStringVariable("seckill.redis_tls_cert_file",
+							   "File of the client certificate the worker presents to Redis; empty: none.",
+							   "For a Redis with tls-auth-clients yes.  Goes with seckill.redis_tls_key_file.",
+							   &seckill_redis_tls_cert_file, "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomStringVariable("seckill.redis_tls_key_file",
+							   "File of the client certificate's private key; empty: none.",
+							   NULL, &seckill_redis_tls_key_file, "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomStringVariable("seckill.redis_tls_server_name",
+							   "The name Redis' certificate must carry; empty: the host connected to.",
+							   "Set it when the worker connects by address to a server whose certificate names a host, or to the masters of a Redis Cluster by the addresses they announce.",
+							   &seckill_redis_tls_server_name, "",
+							   PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomStringVariable("seckill.redis_sentinels",
 							   "Redis Sentinels to ask for the master, as host:port,host:port,...; empty: none.",
 							   "When set, seckill.redis_host and seckill.redis_port are not used: the worker follows the master the sentinels name.",

@@ -276,6 +276,12 @@ take_lock(const char *name, SeckillLockMode mode, bool xact, TimestampTz deadlin
 				 errmsg("%s is not served by Redlock", taker_name(mode, xact)),
 				 errdetail("seckill.redlock_nodes is set: the locks live on independent Redis nodes, where a shared hold or a place in line could not be agreed on by majority."),
 				 errhint("Use seckill_lock(), or run without seckill.redlock_nodes.")));
+	if (seckill_redis_tls && seckill_redlock_nodes[0] != '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("seckill does not speak TLS to the Redlock nodes"),
+				 errdetail("seckill.redis_tls is on, and seckill.redlock_nodes is set: its nodes would be reached in plain text."),
+				 errhint("Run without seckill.redlock_nodes, or with seckill.redis_tls off on a trusted network.")));
 
 	/* taken again by its holder: counted */
 	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);

@@ -109,7 +109,7 @@ void
 sk_conn_drop(void)
 {
 	for (int i = 0; i < sk_nnodes; i++)
-		redisFree(sk_nodes[i].ctx);
+		sk_tls_free(sk_nodes[i].ctx);
 	if (sk_connected)
 		hooks.unpublish();
 	sk_nnodes = 0;
@@ -134,7 +134,7 @@ sk_conn_disconnect(const char *why)
 		sk_conn_set_error("%s", why);
 	if (sk_handshaking >= 0 && sk_handshaking == sk_nnodes - 1)
 	{
-		redisFree(sk_nodes[--sk_nnodes].ctx);
+		sk_tls_free(sk_nodes[--sk_nnodes].ctx);
 		sk_handshaking = -1;
 		sk_in_flight = false;
 		sk_conn_rebuild_wait_set();
@@ -213,7 +213,7 @@ sk_conn_wait_socket(SkNode *target, uint32 events, TimestampTz deadline)
 			ready = true;
 		else if (ev.events & WL_SOCKET_READABLE)
 		{
-			if (redisBufferRead(node->ctx) == REDIS_ERR)
+			if (sk_tls_read(node->ctx) == REDIS_ERR)
 				return sk_conn_fail(node, "read from Redis failed");
 			ready = target == NULL;
 		}
@@ -279,7 +279,7 @@ sk_conn_wait_idle(long timeout_ms)
 		hooks.subscription_drain();
 	else if ((ev.events & WL_SOCKET_READABLE) && (node = node_at(ev.pos)) != NULL)
 	{
-		if (redisBufferRead(node->ctx) == REDIS_ERR)
+		if (sk_tls_read(node->ctx) == REDIS_ERR)
 			sk_conn_fail(node, "Redis closed the connection");
 	}
 }

@@ -129,6 +129,7 @@ sk_node_connect(const char *host, int port, bool alone)
 	SkNode	   *node;
 	int			soerr = 0;
 	socklen_t	soerrlen = sizeof(soerr);
+	char		error[256] = "";
 
 	if (sk_nnodes == SK_MAX_NODES)
 	{
@@ -161,24 +162,24 @@ sk_node_connect(const char *host, int port, bool alone)
 	sk_in_flight = true;
 	if (!sk_conn_wait_socket(node, WL_SOCKET_WRITEABLE, deadline) ||
 		getsockopt(ctx->fd, SOL_SOCKET, SO_ERROR, &soerr, &soerrlen) != 0 || soerr != 0)
+		snprintf(error, sizeof(error), "could not connect to Redis at %s:%d: %s", host, port,
+				 soerr ? strerror(soerr) : "timed out");
+	else if (seckill_redis_tls)
+		(void) sk_tls_start(ctx, host, port, deadline, error, sizeof(error));
+	/* the wait fails after closing every connection: nothing is left to close */
+	if (error[0] != '\0' && sk_nnodes > 0)
 	{
-		if (sk_nnodes > 0)
+		sk_conn_set_error("%s", error);
+		if (!alone)
+			sk_node_connect_failed();
+		else
 		{
-			sk_conn_set_error("could not connect to Redis at %s:%d: %s", host, port,
-							  soerr ? strerror(soerr) : "timed out");
-			if (!alone)
-				sk_node_connect_failed();
-			else
-			{
-				redisFree(sk_nodes[--sk_nnodes].ctx);
-				sk_conn_rebuild_wait_set();
-			}
+			sk_tls_free(sk_nodes[--sk_nnodes].ctx);
+			sk_conn_rebuild_wait_set();
 		}
-		sk_in_flight = false;
-		return -1;
 	}
 	sk_in_flight = false;
-	if (!authenticate(node))
+	if (error[0] != '\0' || !authenticate(node))
 		return -1;
 	return node - sk_nodes;
 }

@@ -82,7 +82,7 @@ flush_output(SkNode *node, TimestampTz deadline)
 
 	while (!done)
 	{
-		if (redisBufferWrite(node->ctx, &done) == REDIS_ERR)
+		if (sk_tls_write(node->ctx, &done) == REDIS_ERR)
 			return sk_conn_fail(node, "write to Redis failed");
 		if (!done && !sk_conn_wait_socket(node, WL_SOCKET_WRITEABLE, deadline))
 		{

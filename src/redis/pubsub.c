@@ -50,7 +50,7 @@ sk_pubsub_close(const char *why)
 		ereport(LOG,
 				(errmsg("seckill worker dropped its subscription to Redis channel \"%s\": %s",
 						sub_channel, why)));
-	redisFree(sub_conn);
+	sk_tls_free(sub_conn);
 	sub_conn = NULL;
 }
 
@@ -60,7 +60,7 @@ sk_pubsub_drain(void)
 {
 	void	   *raw = NULL;
 
-	if (redisBufferRead(sub_conn) == REDIS_ERR)
+	if (sk_tls_read(sub_conn) == REDIS_ERR)
 	{
 		sk_pubsub_close(sub_conn->errstr[0] ? sub_conn->errstr : "read failed");
 		sk_conn_rebuild_wait_set();
@@ -114,6 +114,16 @@ sk_pubsub_open(void)
 		sub_conn = NULL;
 		return;
 	}
+	if (seckill_redis_tls)
+	{
+		char		error[256];
+
+		if (!sk_tls_start(sub_conn, sk_nodes[0].host, sk_nodes[0].port, deadline, error, sizeof(error)))
+		{
+			sk_pubsub_close(error);
+			return;
+		}
+	}
 	if (seckill_redis_password_file[0] != '\0' && (password = sk_conn_read_password()) != NULL)
 	{
 		int			argc = 0;
@@ -132,7 +142,7 @@ sk_pubsub_open(void)
 	{
 		int			rc;
 
-		if (redisBufferWrite(sub_conn, &done) == REDIS_ERR)
+		if (sk_tls_write(sub_conn, &done) == REDIS_ERR)
 		{
 			sk_pubsub_close(sub_conn->errstr[0] ? sub_conn->errstr : "write failed");
 			return;

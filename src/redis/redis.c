@@ -25,6 +25,7 @@
  */
 static char *conn_user = NULL;
 static char *conn_password_file = NULL;
+static char *conn_tls = NULL;	/* the TLS settings, as tls_settings() says them */
 static char *conn_sentinels = NULL;
 static char *conn_master_name = NULL;
 
@@ -133,6 +134,15 @@ sk_redis_in_flight(void)
 	return sk_in_flight;
 }
 
+/* The TLS settings as one string: a change of any of them reconnects. */
+static char *
+tls_settings(void)
+{
+	return psprintf("%d|%s|%s|%s|%s", seckill_redis_tls, seckill_redis_tls_ca_file,
+					seckill_redis_tls_cert_file, seckill_redis_tls_key_file,
+					seckill_redis_tls_server_name);
+}
+
 /*
  * After a configuration reload: reconnect when the Redis settings changed,
  * and retry at once when disconnected, since the new settings may be the fix.
@@ -155,7 +165,8 @@ sk_redis_reload(void)
 			 (!sk_sentinel_enabled() &&
 			  (strcmp(sk_conn_host, seckill_redis_host) != 0 || sk_conn_port != seckill_redis_port)) ||
 			 strcmp(conn_user, seckill_redis_user) != 0 ||
-			 strcmp(conn_password_file, seckill_redis_password_file) != 0)
+			 strcmp(conn_password_file, seckill_redis_password_file) != 0 ||
+			 strcmp(conn_tls, tls_settings()) != 0)
 	{
 		sk_sentinel_close();
 		sk_redis_disconnect("the Redis settings changed");
@@ -181,6 +192,7 @@ remember_settings(const char *host, int port)
 		pfree(sk_conn_host);
 		pfree(conn_user);
 		pfree(conn_password_file);
+		pfree(conn_tls);
 		pfree(conn_sentinels);
 		pfree(conn_master_name);
 	}
@@ -188,6 +200,7 @@ remember_settings(const char *host, int port)
 	sk_conn_port = port;
 	conn_user = pstrdup(seckill_redis_user);
 	conn_password_file = pstrdup(seckill_redis_password_file);
+	conn_tls = tls_settings();
 	conn_sentinels = pstrdup(seckill_redis_sentinels);
 	conn_master_name = pstrdup(seckill_redis_master_name);
 	MemoryContextSwitchTo(old);

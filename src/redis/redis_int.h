@@ -32,6 +32,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "redis/tls.h"
+
 #include "storage/latch.h"
 #include "utils/timestamp.h"
 

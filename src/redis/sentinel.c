@@ -61,6 +61,11 @@ open_sentinel(const char *addr, const char *password, char *why, size_t whylen)
 		snprintf(why, whylen, "\"%s\" in seckill.redis_sentinels is not host:port", addr);
 		return NULL;
 	}
+	if (seckill_redis_tls)
+	{
+		snprintf(why, whylen, "seckill does not speak TLS to sentinels: with seckill.redis_tls on, set seckill.redis_host to the master instead of seckill.redis_sentinels");
+		return NULL;
+	}
 	memcpy(host, addr, colon - addr);
 	host[colon - addr] = '\0';
 	c = redisConnectWithTimeout(host, atoi(colon + 1), timeout());

@@ -1,0 +1,307 @@
+/*-------------------------------------------------------------------------
+ *
+ * tls.c
+ *		TLS under the Redis client's connections (seckill.redis_tls), with
+ *		OpenSSL on the connections' own non-blocking sockets.
+ *
+ * hiredis 0.14 speaks plain TCP only, but its parts serve: its reply reader
+ * is fed with what SSL_read decrypts (redisReaderFeed), and its output
+ * buffer, where the commands are appended as ever, is written with
+ * SSL_write.  The handshake runs once the TCP connection is up, within the
+ * connection's deadline and cancellable; it checks the server's certificate
+ * against seckill.redis_tls_ca_file (else the system's CAs) and its name
+ * against seckill.redis_tls_server_name (else the host connected to), and
+ * presents a client certificate when one is set.  A connection that fails
+ * it is closed like any other that fails, so the reconnect backoff holds.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "redis/tls.h"
+
+#include <arpa/inet.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <hiredis/sds.h>
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/memutils.h"
+
+/* The TLS sessions, by the socket of their connection. */
+#define MAX_SESSIONS 64
+typedef struct Session
+{
+	int			fd;
+	SSL		   *ssl;
+} Session;
+
+static Session sessions[MAX_SESSIONS];
+static int	nsessions = 0;
+
+/* The context, and the settings it was made from. */
+static SSL_CTX *ssl_ctx = NULL;
+static char *ctx_settings = NULL;
+
+static SSL *
+session_of(redisContext *ctx)
+{
+	for (int i = 0; i < nsessions; i++)
+		if (sessions[i].fd == ctx->fd)
+			return sessions[i].ssl;
+	return NULL;
+}
+
+/* OpenSSL's queued errors as one line (the last first), then cleared. */
+static const char *
+openssl_errors(void)
+{
+	static char buf[256];
+	unsigned long e;
+
+	buf[0] = '\0';
+	while ((e = ERR_get_error()) != 0)
+		if (buf[0] == '\0')
+			ERR_error_string_n(e, buf, sizeof(buf));
+	return buf[0] != '\0' ? buf : "no detail from OpenSSL";
+}
+
+static void
+set_ctx_error(redisContext *ctx, int type, const char *message)
+{
+	ctx->err = type;
+	strlcpy(ctx->errstr, message, sizeof(ctx->errstr));
+}
+
+/* Forget the context, to be made again from the settings at the next handshake. */
+static void
+forget_context(void)
+{
+	if (ssl_ctx != NULL)
+		SSL_CTX_free(ssl_ctx);
+	ssl_ctx = NULL;
+	if (ctx_settings != NULL)
+		pfree(ctx_settings);
+	ctx_settings = NULL;
+}
+
+/* The context for the settings now; NULL with the error written when they are unusable. */
+static SSL_CTX *
+context(char *error, size_t errorlen)
+{
+	char	   *settings = psprintf("%s|%s|%s", seckill_redis_tls_ca_file,
+									seckill_redis_tls_cert_file, seckill_redis_tls_key_file);
+	SSL_CTX    *made;
+
+	if (ssl_ctx != NULL && strcmp(settings, ctx_settings) == 0)
+		return ssl_ctx;
+	forget_context();
+	made = SSL_CTX_new(TLS_client_method());
+	if (made == NULL)
+	{
+		snprintf(error, errorlen, "could not make a TLS context: %s", openssl_errors());
+		return NULL;
+	}
+	SSL_CTX_set_min_proto_version(made, TLS1_2_VERSION);
+	SSL_CTX_set_verify(made, SSL_VERIFY_PEER, NULL);
+	SSL_CTX_set_mode(made, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+	if (seckill_redis_tls_ca_file[0] != '\0' ?
+		SSL_CTX_load_verify_locations(made, seckill_redis_tls_ca_file, NULL) != 1 :
+		SSL_CTX_set_default_verify_paths(made) != 1)
+		snprintf(error, errorlen, "could not load the CA certificates of %s: %s",
+				 seckill_redis_tls_ca_file[0] != '\0' ? "seckill.redis_tls_ca_file" : "the system",
+				 openssl_errors());
+	else if ((seckill_redis_tls_cert_file[0] != '\0') != (seckill_redis_tls_key_file[0] != '\0'))
+		snprintf(error, errorlen, "seckill.redis_tls_cert_file and seckill.redis_tls_key_file go together: set both or neither");
+	else if (seckill_redis_tls_cert_file[0] != '\0' &&
+			 (SSL_CTX_use_certificate_chain_file(made, seckill_redis_tls_cert_file) != 1 ||
+			  SSL_CTX_use_PrivateKey_file(made, seckill_redis_tls_key_file, SSL_FILETYPE_PEM) != 1 ||
+			  SSL_CTX_check_private_key(made) != 1))
+		snprintf(error, errorlen, "could not load the client certificate and key (seckill.redis_tls_cert_file, seckill.redis_tls_key_file): %s",
+				 openssl_errors());
+	else
+	{
+		ssl_ctx = made;
+		ctx_settings = MemoryContextStrdup(TopMemoryContext, settings);
+		return ssl_ctx;
+	}
+	SSL_CTX_free(made);
+	return NULL;
+}
+
+/*
+ * Wait for the socket to turn readable or writable, as OpenSSL wants, until
+ * the deadline; interrupts are served.  False at the deadline.
+ */
+static bool
+wait_for(int fd, int ssl_error, TimestampTz deadline)
+{
+	for (;;)
+	{
+		long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		int			rc;
+
+		if (ms <= 0)
+			return false;
+		rc = WaitLatchOrSocket(MyLatch,
+							   WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH |
+							   (ssl_error == SSL_ERROR_WANT_WRITE ? WL_SOCKET_WRITEABLE : WL_SOCKET_READABLE),
+							   fd, ms, PG_WAIT_EXTENSION);
+		if (rc & WL_LATCH_SET)
+		{
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+		if (rc & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE))
+			return true;
+	}
+}
+
+/*
+ * The TLS handshake on a connection whose TCP connect was made (it may
+ * still be under way): true once the server's certificate and name check
+ * out; false with the error written otherwise (the caller closes the
+ * connection with sk_tls_free).
+ */
+bool
+sk_tls_start(redisContext *ctx, const char *host, int port, TimestampTz deadline,
+			 char *error, size_t errorlen)
+{
+	SSL_CTX    *made = context(error, errorlen);
+	const char *name = seckill_redis_tls_server_name[0] != '\0' ? seckill_redis_tls_server_name : host;
+	unsigned char ip[16];
+	SSL		   *ssl;
+
+	if (made == NULL)
+		return false;
+	if (nsessions == MAX_SESSIONS)
+	{
+		snprintf(error, errorlen, "more than %d TLS connections to Redis", MAX_SESSIONS);
+		return false;
+	}
+	ssl = SSL_new(made);
+	if (ssl == NULL || SSL_set_fd(ssl, ctx->fd) != 1)
+	{
+		snprintf(error, errorlen, "could not start TLS: %s", openssl_errors());
+		if (ssl)
+			SSL_free(ssl);
+		return false;
+	}
+	/* kept at once, so that a cancel in the wait below frees it with the connection */
+	sessions[nsessions].fd = ctx->fd;
+	sessions[nsessions++].ssl = ssl;
+
+	/* the name the certificate must carry: an address, or a host name (also sent as SNI) */
+	if (inet_pton(AF_INET, name, ip) == 1 || inet_pton(AF_INET6, name, ip) == 1)
+		X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name);
+	else
+	{
+		SSL_set_tlsext_host_name(ssl, name);
+		SSL_set1_host(ssl, name);
+	}
+	for (;;)
+	{
+		int			rc = SSL_connect(ssl);
+		int			e;
+
+		if (rc == 1)
+			return true;
+		e = SSL_get_error(ssl, rc);
+		if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+		{
+			if (wait_for(ctx->fd, e, deadline))
+				continue;
+			snprintf(error, errorlen, "the TLS handshake with Redis at %s:%d got no answer within seckill.redis_timeout (%d ms): is it a TLS port?",
+					 host, port, seckill_redis_timeout);
+			return false;
+		}
+		if (SSL_get_verify_result(ssl) != X509_V_OK)
+			snprintf(error, errorlen, "the certificate of Redis at %s:%d was refused: %s (checked against %s, for the name \"%s\")",
+					 host, port, X509_verify_cert_error_string(SSL_get_verify_result(ssl)),
+					 seckill_redis_tls_ca_file[0] != '\0' ? "seckill.redis_tls_ca_file" : "the system's CAs", name);
+		else
+			snprintf(error, errorlen, "the TLS handshake with Redis at %s:%d failed: %s: is it a TLS port?",
+					 host, port, e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 ?
+					 "the connection was closed" : openssl_errors());
+		return false;
+	}
+}
+
+/* As redisBufferRead: all that the socket holds, decrypted into the reader. */
+int
+sk_tls_read(redisContext *ctx)
+{
+	SSL		   *ssl = session_of(ctx);
+	char		buf[16 * 1024];
+
+	if (ssl == NULL)
+		return redisBufferRead(ctx);
+	for (;;)
+	{
+		int			n = SSL_read(ssl, buf, sizeof(buf));
+		int			e;
+
+		if (n > 0)
+		{
+			if (redisReaderFeed(ctx->reader, buf, n) != REDIS_OK)
+			{
+				set_ctx_error(ctx, ctx->reader->err, ctx->reader->errstr);
+				return REDIS_ERR;
+			}
+			continue;
+		}
+		e = SSL_get_error(ssl, n);
+		if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+			return REDIS_OK;
+		set_ctx_error(ctx, e == SSL_ERROR_ZERO_RETURN ? REDIS_ERR_EOF : REDIS_ERR_IO,
+					  e == SSL_ERROR_ZERO_RETURN ? "Server closed the connection" :
+					  psprintf("TLS read failed: %s", openssl_errors()));
+		return REDIS_ERR;
+	}
+}
+
+/* As redisBufferWrite: as much of the output buffer as the socket takes. */
+int
+sk_tls_write(redisContext *ctx, int *done)
+{
+	SSL		   *ssl = session_of(ctx);
+
+	if (ssl == NULL)
+		return redisBufferWrite(ctx, done);
+	while (sdslen(ctx->obuf) > 0)
+	{
+		int			n = SSL_write(ssl, ctx->obuf, sdslen(ctx->obuf));
+		int			e;
+
+		if (n > 0)
+		{
+			sdsrange(ctx->obuf, n, -1);
+			continue;
+		}
+		e = SSL_get_error(ssl, n);
+		if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ)
+			break;
+		set_ctx_error(ctx, REDIS_ERR_IO, psprintf("TLS write failed: %s", openssl_errors()));
+		return REDIS_ERR;
+	}
+	if (done)
+		*done = sdslen(ctx->obuf) == 0;
+	return REDIS_OK;
+}
+
+/* As redisFree, ending the connection's TLS session first. */
+void
+sk_tls_free(redisContext *ctx)
+{
+	if (ctx == NULL)
+		return;
+	for (int i = 0; i < nsessions; i++)
+		if (sessions[i].fd == ctx->fd)
+		{
+			SSL_free(sessions[i].ssl);
+			sessions[i] = sessions[--nsessions];
+			break;
+		}
+	redisFree(ctx);
+}

@@ -65,11 +65,12 @@ conf_bool() {
 # The Redis settings, from the environment of this start: a container made
 # anew with other values takes them.  ALTER SYSTEM still overrides them.
 write_container_conf() {
-	local dir=$1 port=${SECKILL_REDIS_PORT:-6379} password_file='' cluster
+	local dir=$1 port=${SECKILL_REDIS_PORT:-6379} password_file='' cluster tls
 	case $port in
 	'' | *[!0-9]*) die "SECKILL_REDIS_PORT must be a port number, not '$port'" ;;
 	esac
 	cluster=$(conf_bool SECKILL_REDIS_CLUSTER "${SECKILL_REDIS_CLUSTER:-off}")
+	tls=$(conf_bool SECKILL_REDIS_TLS "${SECKILL_REDIS_TLS:-off}")
 	if [ "$cluster" = on ] && [ -n "${SECKILL_REDIS_SENTINELS:-}" ]; then
 		die "set SECKILL_REDIS_CLUSTER or SECKILL_REDIS_SENTINELS, not both: a Redis Cluster names its masters itself"
 	fi
@@ -91,6 +92,11 @@ write_container_conf() {
 		echo "seckill.redis_sentinels = $(conf_quote "${SECKILL_REDIS_SENTINELS:-}")"
 		echo "seckill.redis_master_name = $(conf_quote "${SECKILL_REDIS_MASTER_NAME:-mymaster}")"
 		echo "seckill.redis_cluster = $cluster"
+		echo "seckill.redis_tls = $tls"
+		echo "seckill.redis_tls_ca_file = $(conf_quote "${SECKILL_REDIS_TLS_CA_FILE:-}")"
+		echo "seckill.redis_tls_cert_file = $(conf_quote "${SECKILL_REDIS_TLS_CERT_FILE:-}")"
+		echo "seckill.redis_tls_key_file = $(conf_quote "${SECKILL_REDIS_TLS_KEY_FILE:-}")"
+		echo "seckill.redis_tls_server_name = $(conf_quote "${SECKILL_REDIS_TLS_SERVER_NAME:-}")"
 	} >"$dir/$CONTAINER_CONF"
 	chown postgres:postgres "$dir/$CONTAINER_CONF"
 }

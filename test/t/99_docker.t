@@ -5,7 +5,7 @@
 # /docker-entrypoint-initdb.d (run once, not again on the same volumes), sells
 # a campaign out from the host through the published port and keeps its
 # orders in new containers; a failing init script stops the first start; the
-# profiles sentinel and cluster each sell a campaign out, exactly.  The script
+# profiles sentinel, cluster and tls each sell a campaign out, exactly.  The script
 # prints this test's TAP; the suite's own servers play no part.
 set -uo pipefail
 exec bash "$(dirname "$0")/../../scripts/docker-test.sh"

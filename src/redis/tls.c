@@ -27,7 +27,6 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
-#include "utils/memutils.h"
 
 /* The TLS sessions, by the socket of their connection. */
 #define MAX_SESSIONS 64
@@ -39,10 +38,6 @@ typedef struct Session
 
 static Session sessions[MAX_SESSIONS];
 static int	nsessions = 0;
-
-/* The context, and the settings it was made from. */
-static SSL_CTX *ssl_ctx = NULL;
-static char *ctx_settings = NULL;
 
 static SSL *
 session_of(redisContext *ctx)
@@ -74,30 +69,17 @@ set_ctx_error(redisContext *ctx, int type, const char *message)
 	strlcpy(ctx->errstr, message, sizeof(ctx->errstr));
 }
 
-/* Forget the context, to be made again from the settings at the next handshake. */
-static void
-forget_context(void)
-{
-	if (ssl_ctx != NULL)
-		SSL_CTX_free(ssl_ctx);
-	ssl_ctx = NULL;
-	if (ctx_settings != NULL)
-		pfree(ctx_settings);
-	ctx_settings = NULL;
-}
-
-/* The context for the settings now; NULL with the error written when they are unusable. */
+/*
+ * A context made from the settings and files as they are now, for one
+ * handshake (a connection is rare: a CA file or certificate replaced on
+ * disk is taken up at the next one); NULL with the error written when they
+ * are unusable.
+ */
 static SSL_CTX *
-context(char *error, size_t errorlen)
+make_context(char *error, size_t errorlen)
 {
-	char	   *settings = psprintf("%s|%s|%s", seckill_redis_tls_ca_file,
-									seckill_redis_tls_cert_file, seckill_redis_tls_key_file);
-	SSL_CTX    *made;
+	SSL_CTX    *made = SSL_CTX_new(TLS_client_method());
 
-	if (ssl_ctx != NULL && strcmp(settings, ctx_settings) == 0)
-		return ssl_ctx;
-	forget_context();
-	made = SSL_CTX_new(TLS_client_method());
 	if (made == NULL)
 	{
 		snprintf(error, errorlen, "could not make a TLS context: %s", openssl_errors());
@@ -121,11 +103,7 @@ context(char *error, size_t errorlen)
 		snprintf(error, errorlen, "could not load the client certificate and key (seckill.redis_tls_cert_file, seckill.redis_tls_key_file): %s",
 				 openssl_errors());
 	else
-	{
-		ssl_ctx = made;
-		ctx_settings = MemoryContextStrdup(TopMemoryContext, settings);
-		return ssl_ctx;
-	}
+		return made;
 	SSL_CTX_free(made);
 	return NULL;
 }
@@ -168,19 +146,20 @@ bool
 sk_tls_start(redisContext *ctx, const char *host, int port, TimestampTz deadline,
 			 char *error, size_t errorlen)
 {
-	SSL_CTX    *made = context(error, errorlen);
 	const char *name = seckill_redis_tls_server_name[0] != '\0' ? seckill_redis_tls_server_name : host;
 	unsigned char ip[16];
+	SSL_CTX    *made;
 	SSL		   *ssl;
 
-	if (made == NULL)
-		return false;
 	if (nsessions == MAX_SESSIONS)
 	{
 		snprintf(error, errorlen, "more than %d TLS connections to Redis", MAX_SESSIONS);
 		return false;
 	}
+	if ((made = make_context(error, errorlen)) == NULL)
+		return false;
 	ssl = SSL_new(made);
+	SSL_CTX_free(made);			/* the session holds it */
 	if (ssl == NULL || SSL_set_fd(ssl, ctx->fd) != 1)
 	{
 		snprintf(error, errorlen, "could not start TLS: %s", openssl_errors());

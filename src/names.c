@@ -34,6 +34,7 @@ static const char *const status_names[] = {
 	[SK_ERR_INVALID] = "invalid",
 	[SK_ERR_LOCKED] = "locked",
 	[SK_ERR_FENCED] = "fenced",
+	[SK_ERR_EPOCH_LOST] = "epoch_lost",
 	[SK_PENDING] = "pending",
 };
 

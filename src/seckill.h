@@ -22,7 +22,7 @@
 #include "datatype/timestamp.h"
 
 /* The version of the extension's SQL objects this library works with. */
-#define SECKILL_SQL_VERSION "1.12"
+#define SECKILL_SQL_VERSION "1.13"
 
 /* Documented limits of ids, in bytes. */
 #define SECKILL_MAX_USER_LEN	128
@@ -49,6 +49,7 @@ typedef enum SeckillStatus
 	SK_ERR_INVALID,				/* the request does not make sense (closed campaign...) */
 	SK_ERR_LOCKED,				/* the campaign's lock is held elsewhere */
 	SK_ERR_FENCED,				/* a newer primary sells through this Redis */
+	SK_ERR_EPOCH_LOST,			/* Redis lost the epoch: seckill_epoch_claim() */
 	/* the worker's own: the reply waits for the rebuild of the campaign */
 	SK_PENDING
 } SeckillStatus;
@@ -124,6 +125,18 @@ typedef enum SeckillRedisUnavailable
 } SeckillRedisUnavailable;
 
 extern int	seckill_redis_unavailable;
+
+/*
+ * What a server does when Redis lost the epoch it recorded there
+ * (worker/epoch.c).
+ */
+typedef enum SeckillRedisEpochLost
+{
+	SK_EPOCH_LOST_REBUILD,		/* record it again, rebuild from PostgreSQL */
+	SK_EPOCH_LOST_WAIT			/* sell nothing until claimed or promoted */
+} SeckillRedisEpochLost;
+
+extern int	seckill_redis_epoch_lost;
 
 /*
  * For fault tests: where the worker dies on purpose (seckill.crash_point, a

@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 
 #include "access/htup_details.h"
+#include "access/xlog.h"
 #include "access/xact.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -30,6 +31,7 @@ PG_FUNCTION_INFO_V1(seckill_restock);
 PG_FUNCTION_INFO_V1(seckill_release_campaign);
 PG_FUNCTION_INFO_V1(seckill_apply_limits);
 PG_FUNCTION_INFO_V1(seckill_sql_changed);
+PG_FUNCTION_INFO_V1(seckill_epoch_claim);
 
 /* seckill_preheat(goods text) RETURNS int: the stock now in Redis */
 Datum
@@ -101,6 +103,25 @@ seckill_reconcile_campaign(PG_FUNCTION_ARGS)
 	SeckillReply reply = seckill_call_checked(SK_REQ_RECONCILE, PG_GETARG_INT64(0), NULL, 0);
 
 	return values_row(fcinfo, reply.values, 7);
+}
+
+/*
+ * seckill_epoch_claim() RETURNS bigint: this server is the primary; its
+ * worker records its epoch in Redis again, also where Redis lost the one it
+ * recorded (seckill.redis_epoch_lost = wait), and sells.  The timeline.
+ */
+Datum
+seckill_epoch_claim(PG_FUNCTION_ARGS)
+{
+	SeckillReply reply;
+
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("seckill_epoch_claim() cannot run on a standby"),
+				 errhint("Run it on the primary.")));
+	reply = seckill_call_checked(SK_REQ_EPOCH_CLAIM, 0, NULL, 0);
+	PG_RETURN_INT64(reply.values[0]);
 }
 
 /*

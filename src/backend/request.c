@@ -123,6 +123,13 @@ seckill_reply_checked(SeckillRequestKind kind, SeckillReply reply)
 					 errmsg("%s", reply.message),
 					 errhint("This server was the primary before a failover: sell on the new primary, and rejoin this one as its standby (pg_rewind).")));
 			break;
+		case SK_ERR_EPOCH_LOST:
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("%s", reply.message),
+					 errdetail("seckill.redis_epoch_lost is wait: a primary left behind by a failover it never saw must not sell on through a Redis that forgot the failover."),
+					 errhint("On the primary, and there only, run SELECT seckill_epoch_claim(); a server that is not the primary rejoins as a standby (pg_rewind).")));
+			break;
 		default:
 			break;
 	}

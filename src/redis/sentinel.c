@@ -8,13 +8,20 @@
  * to the sentinel that answered is kept, so that asking again (the worker
  * does, twice a second, to follow a failover while the old master still
  * accepts writes) costs one round trip.  Sentinel connections are
- * blocking, each step bounded by a short timeout.
+ * non-blocking, each step (the connection, the TLS handshake, a command and
+ * its reply) bounded by a short timeout and cancellable; with
+ * seckill.redis_tls on they speak TLS, as the sentinels of a TLS
+ * deployment do (tls-port, tls-replication), with the master's settings.
  *
  *-------------------------------------------------------------------------
  */
 #include "redis/sentinel.h"
 
+#include <sys/socket.h>
+
 #include <hiredis/hiredis.h>
+
+#include "redis/tls.h"
 
 static redisContext *sentinel = NULL;
 static char sentinel_addr[256];
@@ -28,24 +35,60 @@ sk_sentinel_enabled(void)
 void
 sk_sentinel_close(void)
 {
-	if (sentinel != NULL)
-		redisFree(sentinel);
+	sk_tls_free(sentinel);
 	sentinel = NULL;
 }
 
 /*
- * Each step's bound: seckill.redis_timeout, at most 250 ms, since the worker
- * asks between its rounds and a sentinel that hangs must not stall them.
+ * Each step's deadline: seckill.redis_timeout, at most 250 ms, since the
+ * worker asks between its rounds and a sentinel that hangs must not stall
+ * them.
  */
-static struct timeval
-timeout(void)
+static TimestampTz
+step_deadline(void)
 {
-	int			ms = Min(seckill_redis_timeout, 250);
-	struct timeval tv;
+	return TimestampTzPlusMilliseconds(GetCurrentTimestamp(), Min(seckill_redis_timeout, 250));
+}
 
-	tv.tv_sec = ms / 1000;
-	tv.tv_usec = (ms % 1000) * 1000;
-	return tv;
+/*
+ * Send a command to the sentinel connection c and read its reply, within a
+ * step: NULL, with c->errstr set, when it failed or timed out.
+ */
+static redisReply *
+command(redisContext *c, int argc, const char **argv)
+{
+	TimestampTz deadline = step_deadline();
+	void	   *reply = NULL;
+	int			done = 0;
+
+	if (redisAppendCommandArgv(c, argc, argv, NULL) != REDIS_OK)
+		return NULL;
+	for (;;)
+	{
+		if (sk_tls_write(c, &done) != REDIS_OK)
+			return NULL;
+		if (done)
+			break;
+		if (!sk_tls_wait(c->fd, true, deadline))
+		{
+			strlcpy(c->errstr, "timed out", sizeof(c->errstr));
+			return NULL;
+		}
+	}
+	for (;;)
+	{
+		if (redisGetReplyFromReader(c, &reply) != REDIS_OK)
+			return NULL;
+		if (reply != NULL)
+			return reply;
+		if (!sk_tls_wait(c->fd, false, deadline))
+		{
+			strlcpy(c->errstr, "timed out", sizeof(c->errstr));
+			return NULL;
+		}
+		if (sk_tls_read(c) != REDIS_OK)
+			return NULL;
+	}
 }
 
 /* Connect to one sentinel "host:port" (and AUTH, when a password is set). */
@@ -54,21 +97,20 @@ open_sentinel(const char *addr, const char *password, char *why, size_t whylen)
 {
 	char		host[256];
 	const char *colon = strrchr(addr, ':');
+	TimestampTz deadline = step_deadline();
 	redisContext *c;
+	int			soerr = 0;
+	socklen_t	soerrlen = sizeof(soerr);
+	char		error[256] = "";
 
 	if (colon == NULL || colon == addr || colon - addr >= (int) sizeof(host) || atoi(colon + 1) <= 0)
 	{
 		snprintf(why, whylen, "\"%s\" in seckill.redis_sentinels is not host:port", addr);
 		return NULL;
 	}
-	if (seckill_redis_tls)
-	{
-		snprintf(why, whylen, "seckill does not speak TLS to sentinels: with seckill.redis_tls on, set seckill.redis_host to the master instead of seckill.redis_sentinels");
-		return NULL;
-	}
 	memcpy(host, addr, colon - addr);
 	host[colon - addr] = '\0';
-	c = redisConnectWithTimeout(host, atoi(colon + 1), timeout());
+	c = redisConnectNonBlock(host, atoi(colon + 1));
 	if (c == NULL || c->err)
 	{
 		snprintf(why, whylen, "sentinel %s: %s", addr, c ? c->errstr : "out of memory");
@@ -76,23 +118,30 @@ open_sentinel(const char *addr, const char *password, char *why, size_t whylen)
 			redisFree(c);
 		return NULL;
 	}
-	(void) redisSetTimeout(c, timeout());
-	if (password != NULL)
+	if (!sk_tls_wait(c->fd, true, deadline) ||
+		getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &soerrlen) != 0 || soerr != 0)
+		snprintf(error, sizeof(error), "%s", soerr ? strerror(soerr) : "timed out");
+	else if (seckill_redis_tls)
+		(void) sk_tls_start(c, host, atoi(colon + 1), step_deadline(), error, sizeof(error));
+	if (error[0] == '\0' && password != NULL)
 	{
 		redisReply *r;
 
 		/* a sentinel without a password refuses AUTH: that is fine */
 		if (seckill_redis_user[0] != '\0')
-			r = redisCommand(c, "AUTH %s %s", seckill_redis_user, password);
+			r = command(c, 3, (const char *[]) {"AUTH", seckill_redis_user, password});
 		else
-			r = redisCommand(c, "AUTH %s", password);
+			r = command(c, 2, (const char *[]) {"AUTH", password});
 		if (r == NULL)
-		{
-			snprintf(why, whylen, "sentinel %s: %s", addr, c->errstr);
-			redisFree(c);
-			return NULL;
-		}
-		freeReplyObject(r);
+			strlcpy(error, c->errstr, sizeof(error));
+		else
+			freeReplyObject(r);
+	}
+	if (error[0] != '\0')
+	{
+		snprintf(why, whylen, "sentinel %s: %s", addr, error);
+		sk_tls_free(c);
+		return NULL;
 	}
 	return c;
 }
@@ -101,7 +150,8 @@ open_sentinel(const char *addr, const char *password, char *why, size_t whylen)
 static bool
 ask(char *host, size_t hostlen, int *port, char *why, size_t whylen)
 {
-	redisReply *r = redisCommand(sentinel, "SENTINEL get-master-addr-by-name %s", seckill_redis_master_name);
+	redisReply *r = command(sentinel, 3, (const char *[]) {"SENTINEL", "get-master-addr-by-name",
+	seckill_redis_master_name});
 	bool		named = false;
 
 	if (r == NULL)

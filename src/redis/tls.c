@@ -109,11 +109,11 @@ make_context(char *error, size_t errorlen)
 }
 
 /*
- * Wait for the socket to turn readable or writable, as OpenSSL wants, until
- * the deadline; interrupts are served.  False at the deadline.
+ * Wait for the socket to turn writable (write) or readable, until the
+ * deadline; interrupts are served.  False at the deadline.
  */
-static bool
-wait_for(int fd, int ssl_error, TimestampTz deadline)
+bool
+sk_tls_wait(int fd, bool write, TimestampTz deadline)
 {
 	for (;;)
 	{
@@ -124,7 +124,7 @@ wait_for(int fd, int ssl_error, TimestampTz deadline)
 			return false;
 		rc = WaitLatchOrSocket(MyLatch,
 							   WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH |
-							   (ssl_error == SSL_ERROR_WANT_WRITE ? WL_SOCKET_WRITEABLE : WL_SOCKET_READABLE),
+							   (write ? WL_SOCKET_WRITEABLE : WL_SOCKET_READABLE),
 							   fd, ms, PG_WAIT_EXTENSION);
 		if (rc & WL_LATCH_SET)
 		{
@@ -189,7 +189,7 @@ sk_tls_start(redisContext *ctx, const char *host, int port, TimestampTz deadline
 		e = SSL_get_error(ssl, rc);
 		if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
 		{
-			if (wait_for(ctx->fd, e, deadline))
+			if (sk_tls_wait(ctx->fd, e == SSL_ERROR_WANT_WRITE, deadline))
 				continue;
 			snprintf(error, errorlen, "the TLS handshake with Redis at %s:%d got no answer within seckill.redis_timeout (%d ms): is it a TLS port?",
 					 host, port, seckill_redis_timeout);

@@ -24,5 +24,6 @@ extern bool sk_tls_start(redisContext *ctx, const char *host, int port, Timestam
 extern int	sk_tls_read(redisContext *ctx);
 extern int	sk_tls_write(redisContext *ctx, int *done);
 extern void sk_tls_free(redisContext *ctx);
+extern bool sk_tls_wait(int fd, bool write, TimestampTz deadline);
 
 #endif							/* SECKILL_TLS_H */

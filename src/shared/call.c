@@ -39,6 +39,7 @@ static const char *const request_kind_names[] = {
 	[SK_REQ_LOCK] = "lock",
 	[SK_REQ_UNLOCK] = "unlock",
 	[SK_REQ_BARRIER] = "barrier",
+	[SK_REQ_EPOCH_CLAIM] = "epoch_claim",
 };
 
 /* For messages: "a purchase request". */

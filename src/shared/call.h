@@ -37,7 +37,8 @@ typedef enum SeckillRequestKind
 	SK_REQ_LIMITS,				/* set the campaign's traffic limits to request.limits */
 	SK_REQ_LOCK,				/* take a lock for a SQL caller (request.lock) */
 	SK_REQ_UNLOCK,				/* release it */
-	SK_REQ_BARRIER				/* answered once every earlier request is settled */
+	SK_REQ_BARRIER,				/* answered once every earlier request is settled */
+	SK_REQ_EPOCH_CLAIM			/* record this server's epoch in Redis again */
 } SeckillRequestKind;
 
 typedef enum SeckillSlotState

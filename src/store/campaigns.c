@@ -208,14 +208,15 @@ store_set_database_mode(bool on)
 }
 
 /*
- * In a transaction of its own: the timeline this server was fenced by, as
- * seckill.worker_state remembers it; 0 when never, -1 when it cannot be read
- * (the extension not installed, or its SQL older than the library).
+ * In a transaction of its own, what seckill.worker_state remembers of the
+ * epochs: the timeline that fenced this server (*fenced_by, 0: none) and
+ * the one it last recorded in Redis itself (*recorded, 0: none).  False
+ * while the extension is not installed or its SQL is outdated.
  */
-int64
-store_fenced_by(void)
+bool
+store_epoch_state(int64 *fenced_by, int64 *recorded)
 {
-	int64		by = -1;
+	bool		read = false;
 
 	store_begin("seckill: read the worker's state");
 	store_run("SELECT extversion = '" SECKILL_SQL_VERSION "' FROM pg_catalog.pg_extension "
@@ -224,14 +225,15 @@ store_fenced_by(void)
 	{
 		bool		isnull;
 
-		store_run("SELECT pg_catalog.max(fenced_by_timeline) FROM seckill.worker_state",
+		store_run("SELECT COALESCE(pg_catalog.max(fenced_by_timeline), 0), "
+				  "COALESCE(pg_catalog.max(epoch_recorded_timeline), 0) FROM seckill.worker_state",
 				  0, NULL, NULL, SPI_OK_SELECT);
-		by = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		if (isnull)
-			by = 0;
+		*fenced_by = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		*recorded = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+		read = true;
 	}
 	store_commit();
-	return by;
+	return read;
 }
 
 /*
@@ -248,6 +250,23 @@ store_remember_fence(int64 timeline)
 	store_begin("seckill: remember the fence");
 	store_run("UPDATE seckill.worker_state SET fenced_by_timeline = "
 			  "GREATEST(fenced_by_timeline, $1), changed_at = pg_catalog.now()",
+			  1, types, values, SPI_OK_UPDATE);
+	store_commit();
+}
+
+/*
+ * In a transaction of its own: remember that this server recorded its
+ * timeline as the epoch in Redis, so that Redis losing it is told from a
+ * Redis never used (seckill.redis_epoch_lost).
+ */
+void
+store_remember_epoch(int64 timeline)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(timeline)};
+
+	store_begin("seckill: remember the epoch recorded");
+	store_run("UPDATE seckill.worker_state SET epoch_recorded_timeline = $1, changed_at = pg_catalog.now()",
 			  1, types, values, SPI_OK_UPDATE);
 	store_commit();
 }

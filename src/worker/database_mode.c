@@ -79,8 +79,11 @@ void
 sk_database_mode_serve(RoundItem **buys, int nserved)
 {
 	sk_purchase_flush();
-	/* a primary left behind by a failover never sells, not even from PostgreSQL */
-	if (sk_epoch_fenced())
+	/*
+	 * A primary left behind by a failover never sells, not even from
+	 * PostgreSQL; nor one that waits for a claim since Redis lost its epoch.
+	 */
+	if (sk_epoch_fenced() || sk_epoch_lost())
 	{
 		SeckillReply fenced = {0};
 

@@ -16,6 +16,7 @@
 #include "store/store.h"
 #include "utils/timestamp.h"
 #include "worker/campaign_admin.h"
+#include "worker/epoch.h"
 #include "worker/journal.h"
 #include "worker/lease.h"
 #include "worker/lock_keeper.h"
@@ -48,6 +49,24 @@ answer_barrier(const SeckillRequest *request, SeckillReply *reply)
 }
 
 /*
+ * seckill_epoch_claim(): record this server's epoch in Redis now, also
+ * where Redis lost the one it recorded (worker/epoch.c); the timeline.
+ */
+static void
+answer_epoch_claim(const SeckillRequest *request, SeckillReply *reply)
+{
+	sk_epoch_claim();
+	sk_journal_replay_now();
+	if (!sk_journal_ready())
+	{
+		sk_journal_not_ready(reply);
+		return;
+	}
+	reply->status = SK_OK;
+	reply->values[0] = strtoll(sk_epoch_arg(), NULL, 10);
+}
+
+/*
  * Every request kind but purchases, which a round serves together.  Long
  * work is sliced, so that purchases are served between slices: by its
  * callers, a request per slice (the release of expired orders), or by the
@@ -70,6 +89,8 @@ static const RequestKind request_kinds[] = {
 	[SK_REQ_LOCK] = {NULL, LOCK_REDIS, false, false, 10},
 	[SK_REQ_UNLOCK] = {NULL, LOCK_REDIS, false, false, 10},
 	[SK_REQ_BARRIER] = {answer_barrier, NO_REDIS, false, false, 1},
+	/* it checks the epoch and replays the journals itself */
+	[SK_REQ_EPOCH_CLAIM] = {answer_epoch_claim, NO_REDIS, false, false, 200},
 };
 
 /* When each kind last went over its budget unlogged, and how often since. */

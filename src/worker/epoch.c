@@ -20,6 +20,15 @@
  * it remembers the fence in PostgreSQL, to stay fenced after a restart
  * whatever Redis keeps (sk_epoch_recall).
  *
+ * Redis may lose the epoch (restarted without persistence, flushed, failed
+ * over to a replica that missed it).  A primary left behind by a failover
+ * it never saw would then find no newer epoch and sell on.  PostgreSQL
+ * remembers the timeline this server recorded, so a missing epoch is told
+ * from a Redis never used; with seckill.redis_epoch_lost = wait such a
+ * server does not sell (SK_ERR_EPOCH_LOST) until seckill_epoch_claim() is
+ * run on it, the DBA's word that it is the primary (sk_epoch_claim), or it
+ * is promoted onto a newer timeline.
+ *
  * Order ids: each block is recorded in Redis before its first id is used.
  * A promoted primary whose sequence lost the last blocks to asynchronous
  * replication skips past them, so an id once answered is never another
@@ -61,6 +70,20 @@ static bool fenced = false;
  */
 static bool fence_unremembered = false;
 static bool recalled = false;
+
+/*
+ * The timeline this server last recorded as the epoch in Redis, as
+ * PostgreSQL remembers it (0: never); a record not yet remembered.
+ */
+static int64 recorded_here = 0;
+static bool record_unremembered = false;
+
+/*
+ * Redis lost the epoch this server recorded, and seckill.redis_epoch_lost
+ * is wait: nothing sells until claimed (seckill_epoch_claim) or promoted.
+ */
+static bool lost = false;
+static bool claimed = false;
 
 /* The campaigns a take-over marked stale, for the worker to rebuild. */
 static int64 *taken_over = NULL;
@@ -164,9 +187,9 @@ sk_epoch_recall(void)
 		return;					/* at the next gate */
 	if (!recalled)
 	{
-		int64		by = store_fenced_by();
+		int64		by = 0;
 
-		recalled = by >= 0;
+		recalled = store_epoch_state(&by, &recorded_here);
 		if (by > (int64) timeline && !fenced)
 		{
 			fenced = true;
@@ -183,11 +206,63 @@ sk_epoch_recall(void)
 		store_remember_fence((int64) timeline + 1);
 		fence_unremembered = false;
 	}
+	if (record_unremembered && recalled)
+	{
+		store_remember_epoch((int64) timeline);
+		recorded_here = timeline;
+		record_unremembered = false;
+	}
+}
+
+/* Has Redis lost the epoch this server recorded (and it waits for a claim)? */
+bool
+sk_epoch_lost(void)
+{
+	return lost && !fenced;
+}
+
+/*
+ * seckill_epoch_claim(): the DBA says this server is the primary; it
+ * records its epoch in Redis again, missing or not, at the next check.
+ */
+void
+sk_epoch_claim(void)
+{
+	claimed = true;
+}
+
+/*
+ * Redis holds no epoch: lost, when this server recorded its own timeline
+ * there and seckill.redis_epoch_lost is wait, until claimed; otherwise a
+ * Redis never used (or one whose loss is taken as such), where it records.
+ */
+static bool
+lost_here(void)
+{
+	bool		was = lost;
+
+	lost = seckill_redis_epoch_lost == SK_EPOCH_LOST_WAIT && !claimed &&
+		recorded_here >= (int64) timeline;
+	if (lost && !was)
+		ereport(WARNING,
+				(errmsg("seckill worker does not sell: Redis has lost the epoch this server recorded there (timeline %u)",
+						timeline),
+				 errdetail("Redis was restarted empty, flushed or failed over to a replica that missed it; a newer primary may have sold since a failover this server did not see. seckill.redis_epoch_lost is wait."),
+				 errhint("On the primary, and there only, run SELECT seckill_epoch_claim(). A server that is not the primary rejoins as a standby (pg_rewind).")));
+	return lost;
 }
 
 void
 sk_epoch_reply_fenced(SeckillReply *reply)
 {
+	if (sk_epoch_lost())
+	{
+		reply->status = SK_ERR_EPOCH_LOST;
+		snprintf(reply->message, sizeof(reply->message),
+				 "seckill does not sell on this server (timeline %u): Redis has lost the epoch it recorded there, and seckill.redis_epoch_lost is wait",
+				 timeline);
+		return;
+	}
 	reply->status = SK_ERR_FENCED;
 	snprintf(reply->message, sizeof(reply->message),
 			 "seckill does not sell on this server (timeline %u): another primary sells through this Redis since a failover",
@@ -349,12 +424,19 @@ sk_epoch_check(void)
 		return false;
 	recorded = r[0].type == REDIS_REPLY_STRING ? strtoll(r[0].str, NULL, 10) : 0;
 	master = r[1].type == REDIS_REPLY_STRING ? r[1].str : NULL;
-	if (fenced_by(recorded, r[2].type == REDIS_REPLY_STRING ? r[2].str : NULL))
+	if (fenced_by(recorded, r[2].type == REDIS_REPLY_STRING ? r[2].str : NULL) ||
+		(recorded == 0 && lost_here()))
 		return false;
 	if (recorded != 0 && recorded < (int64) timeline)
 	{
 		why = psprintf("timeline %u after timeline " INT64_FORMAT ": a promoted standby", timeline, recorded);
 		stale = "promotion";
+	}
+	else if (recorded == 0 && claimed && recorded_here >= (int64) timeline)
+	{
+		/* what Redis still holds is checked against PostgreSQL */
+		why = pstrdup("Redis has lost the epoch this server recorded there; seckill_epoch_claim() was run");
+		stale = "redis";
 	}
 	else if (master != NULL && sk_redis_run_id()[0] != '\0' && strcmp(master, sk_redis_run_id()) != 0)
 	{
@@ -379,7 +461,19 @@ sk_epoch_check(void)
 		return false;
 	}
 	/* another primary recorded itself meanwhile */
-	return !fenced_by(r[0].element[0].integer, r[0].element[1].str);
+	if (fenced_by(r[0].element[0].integer, r[0].element[1].str))
+		return false;
+	if (lost || claimed)
+		ereport(LOG,
+				(errmsg("seckill worker recorded its epoch (timeline %u) in Redis again%s",
+						timeline, claimed ? ", as seckill_epoch_claim() asked" : "")));
+	lost = claimed = false;
+	if (recorded_here != (int64) timeline)
+	{
+		record_unremembered = true;
+		sk_epoch_recall();
+	}
+	return true;
 }
 
 /*

@@ -165,6 +165,14 @@ sk_journal_lost(void)
 	needs_replay = true;
 }
 
+/* Check the epoch and replay at the next sk_journal_ready(), without waiting. */
+void
+sk_journal_replay_now(void)
+{
+	needs_replay = true;
+	replay_due = 0;
+}
+
 bool
 sk_journal_needs_replay(void)
 {
@@ -427,7 +435,7 @@ sk_journal_ready(void)
 void
 sk_journal_not_ready(SeckillReply *reply)
 {
-	if (sk_epoch_fenced())
+	if (sk_epoch_fenced() || sk_epoch_lost())
 		sk_epoch_reply_fenced(reply);
 	else
 		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());

@@ -17,6 +17,7 @@ extern bool sk_journal_ready(void);
 extern void sk_journal_not_ready(SeckillReply *reply);
 extern void sk_journal_lost(void);
 extern bool sk_journal_needs_replay(void);
+extern void sk_journal_replay_now(void);
 extern bool sk_journal_has_settles(void);
 extern void sk_journal_settle(const SkOrder *order);
 extern int	sk_journal_add_settles(SkPipeline *p);

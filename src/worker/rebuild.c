@@ -134,7 +134,11 @@ sk_rebuild_request(int64 campaign_id)
 	MemoryContextSwitchTo(old);
 }
 
-/* Redis lost this campaign: rebuild it, unless that failed lately. */
+/*
+ * Redis lost this campaign: rebuild it, unless that failed lately.  Redis
+ * may have lost the epoch with it: the epoch is checked (and the journals
+ * replayed) before the rebuild's first step.
+ */
 void
 sk_rebuild_lost(int64 campaign_id)
 {
@@ -144,6 +148,7 @@ sk_rebuild_lost(int64 campaign_id)
 		if (failed[i].campaign_id == campaign_id &&
 			now < TimestampTzPlusMilliseconds(failed[i].at, RETRY_MS))
 			return;
+	sk_journal_replay_now();
 	sk_rebuild_request(campaign_id);
 }
 

@@ -7,10 +7,13 @@
 # a plain connection shows them.  Refused, each with a clear error and no
 # reconnect storm: a CA that did not sign the server's certificate, an
 # expired certificate, a server name the certificate does not carry, a
-# plain-text port, sentinels (not served over TLS yet); and, once Redis
-# asks for client certificates, a worker without one (with one, it sells
-# again).  Last, a Redis Cluster of three masters that speak TLS only, on
-# their bus too: a campaign sharded over them sells over TLS.
+# plain-text port; and, once Redis asks for client certificates, a worker
+# without one (with one, it sells again).  A Redis Cluster of three masters
+# that speak TLS only, on their bus too: a campaign sharded over them sells
+# over TLS.  Last, a sentinel that speaks TLS only and watches the master
+# and a replica over TLS: the worker finds the master through it (nothing
+# in clear on the sentinel's wire either), and follows a SENTINEL FAILOVER
+# to the replica, where it sells on and Redis agrees with PostgreSQL.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
@@ -22,6 +25,9 @@ base=${SECKILL_TLS_PORT:-$((PGPORT % 10000 + 20030))}
 tls_port=$base
 relay_port=$((base + 1))
 cluster_ports="$((base + 2)) $((base + 3)) $((base + 4))"
+replica_port=$((base + 5))
+sentinel_port=$((base + 6))
+sentinel_relay_port=$((base + 7))
 own_servers tls
 secret="Tls-$RANDOM-$RANDOM-$RANDOM"
 relay=
@@ -40,12 +46,13 @@ cleanup() {
 		-c "ALTER SYSTEM RESET seckill.redis_tls_cert_file" -c "ALTER SYSTEM RESET seckill.redis_tls_key_file" \
 		-c "ALTER SYSTEM RESET seckill.redis_tls_server_name" -c "ALTER SYSTEM RESET seckill.redis_port" \
 		-c "ALTER SYSTEM RESET seckill.redis_password_file" -c "ALTER SYSTEM RESET seckill.redis_cluster" -c "ALTER SYSTEM RESET seckill.redis_sentinels" \
-		-c "SELECT pg_reload_conf()" >/dev/null 2>&1
+		-c "ALTER SYSTEM RESET seckill.redis_master_name" -c "SELECT pg_reload_conf()" >/dev/null 2>&1
 	[ "${SECKILL_KEEP:-0}" = 1 ] || rm -rf "$work"
 }
 trap cleanup EXIT
 # shellcheck disable=SC2086 # the list splits
-ports_free SECKILL_TLS_PORT "$tls_port" "$relay_port" $cluster_ports
+ports_free SECKILL_TLS_PORT "$tls_port" "$relay_port" $cluster_ports "$replica_port" "$sentinel_port" \
+	"$sentinel_relay_port"
 
 # The certificates: a CA, the server's (for 127.0.0.1 and localhost), an
 # expired one, another CA, and a client's
@@ -83,7 +90,7 @@ use() {
 	local changes=("SET seckill.redis_tls = on" "SET seckill.redis_port = $tls_port"
 		"SET seckill.redis_password_file = '$work/redis.pass'" "SET seckill.redis_tls_ca_file = '$work/ca.crt'"
 		"RESET seckill.redis_tls_server_name" "RESET seckill.redis_tls_cert_file" "RESET seckill.redis_tls_key_file"
-		"RESET seckill.redis_sentinels")
+		"RESET seckill.redis_sentinels" "RESET seckill.redis_cluster")
 	local change
 	for change in "$@"; do changes+=("SET $change"); done
 	seckill_configure "${changes[@]}"
@@ -172,10 +179,6 @@ err=$(buy)
 grep -q 'TLS handshake with Redis at .*: is it a TLS port?' <<<"$err"
 ok "[ $? -eq 0 ]" "a plain-text port: refused, saying so: ${err//$'\n'/ }" || diag "$err"
 
-use "seckill.redis_sentinels = '127.0.0.1:$relay_port'"
-err=$(buy)
-ok "[[ \"\$err\" == *'does not speak TLS to sentinels'* ]]" "sentinels with TLS on: refused, saying so: ${err//$'\n'/ }"
-
 # client certificates
 tcli CONFIG SET tls-auth-clients yes >/dev/null
 use
@@ -240,4 +243,66 @@ masters=$(psql_val "SELECT count(DISTINCT redis_node) FROM seckill_campaign_node
 ok "[ ${masters:-0} -ge 2 ]" "the campaign's shards are served by $masters of the masters, over TLS"
 is "$(psql_val "SELECT redis_stock || '/' || redis_buyers FROM seckill_status('$cluster_goods')")" "1540/60" \
 	"Redis agrees with PostgreSQL: stock 1540, 60 buyers"
+
+# Sentinels over TLS: a replica of the TLS master, a sentinel that speaks
+# TLS only (to its clients, and to the servers it watches), behind a relay
+# that logs every byte
+tls_files=(--tls-cert-file "$work/server.crt" --tls-key-file "$work/server.key" --tls-ca-cert-file "$work/ca.crt")
+seckill_as_postgres redis-server --bind 127.0.0.1 --port 0 --tls-port "$replica_port" "${tls_files[@]}" \
+	--tls-replication yes --tls-auth-clients no --requirepass "$secret" --masterauth "$secret" \
+	--replicaof 127.0.0.1 "$tls_port" --save '' --appendonly no \
+	--daemonize yes --dir "$work" --logfile "$work/replica.log" --pidfile "$work/replica.pid"
+mkdir -p "$work/sentinel" && cat >"$work/sentinel/sentinel.conf" <<CONF
+bind 127.0.0.1
+port 0
+tls-port $sentinel_port
+tls-cert-file $work/server.crt
+tls-key-file $work/server.key
+tls-ca-cert-file $work/ca.crt
+tls-replication yes
+tls-auth-clients no
+daemonize yes
+pidfile $work/sentinel.pid
+logfile $work/sentinel.log
+dir $work/sentinel
+sentinel monitor mymaster 127.0.0.1 $tls_port 1
+sentinel auth-pass mymaster $secret
+sentinel down-after-milliseconds mymaster 1000
+sentinel failover-timeout mymaster 5000
+CONF
+chown -R postgres: "$work/sentinel"
+scli() { redis-cli -h 127.0.0.1 -p "$sentinel_port" --tls --cacert "$work/ca.crt" "$@"; }
+named() { [ "$(scli SENTINEL get-master-addr-by-name mymaster 2>/dev/null | sed -n 2p)" = "$1" ]; }
+sentinel_ready() { [ "$(scli SENTINEL replicas mymaster 2>/dev/null | grep -A1 -x flags | sed -n 2p)" = slave ]; }
+seckill_as_postgres redis-server "$work/sentinel/sentinel.conf" --sentinel &&
+	seckill_wait_for sentinel_ready 20 && named "$tls_port"
+ok "[ $? -eq 0 ]" "a sentinel with a TLS port only names the master, and sees its replica, over TLS" || done_testing
+socat -v TCP-LISTEN:"$sentinel_relay_port",bind=127.0.0.1,reuseaddr,fork TCP:127.0.0.1:"$sentinel_port" \
+	2>"$work/wire-sentinel" &
+relay=$!
+seckill_wait_for "(exec 3<>/dev/tcp/127.0.0.1/$sentinel_relay_port) 2>/dev/null" 10
+use "seckill.redis_sentinels = '127.0.0.1:$sentinel_relay_port'" "seckill.redis_master_name = 'mymaster'" \
+	"seckill.redis_tls_cert_file = '$work/client.crt'" "seckill.redis_tls_key_file = '$work/client.key'"
+seckill_wait_for "[ \"\$(buy)\" = ok ]" 10
+ok "[ $? -eq 0 ]" "seckill.redis_sentinels with TLS: the worker finds the master through the sentinel and sells"
+ok "grep -q 'connected to Redis at 127.0.0.1:$tls_port, the master the sentinels name' '$log'" \
+	"the worker connected to the master the sentinel named"
+sentinel_bytes=$(wc -c <"$work/wire-sentinel")
+ok "[ $sentinel_bytes -gt 500 ] && ! grep -aq -e '$secret' -e AUTH -e get-master-addr -e mymaster '$work/wire-sentinel'" \
+	"the capture of the sentinel's wire ($sentinel_bytes bytes) holds neither the password nor a command in clear"
+
+# SENTINEL FAILOVER: the replica becomes the master, the worker follows
+sale_begin "$goods-sentinel" 2000
+sale_crowd 2 sentinel
+is "$(scli SENTINEL FAILOVER mymaster)" OK "SENTINEL FAILOVER mymaster, during a sale"
+seckill_wait_for "named $replica_port" 20
+ok "[ $? -eq 0 ]" "the sentinel names the replica the master"
+wait "$SALE_CROWD"
+seckill_wait_for "[ \"\$(buy)\" = ok ]" 20
+ok "[ $? -eq 0 ]" "the worker follows the sentinel to the new master over TLS, and sells"
+ok "grep -q 'connected to Redis at 127.0.0.1:$replica_port, the master the sentinels name' '$log'" \
+	"the worker connected to the new master"
+seckill_wait_for "[ \"\$(psql_val \"SELECT redis_stock = pg_stock AND in_flight = 0 FROM seckill_status('$SALE_GOODS')\")\" = t ]" 20
+ok "[ $? -eq 0 ]" "Redis on the new master agrees with PostgreSQL without a reconcile"
+sale_finish
 done_testing

@@ -132,6 +132,7 @@ extern int	seckill_redis_unavailable;
  */
 typedef enum SeckillRedisEpochLost
 {
+	SK_EPOCH_LOST_AUTO,			/* wait where a failover is possible, else rebuild */
 	SK_EPOCH_LOST_REBUILD,		/* record it again, rebuild from PostgreSQL */
 	SK_EPOCH_LOST_WAIT			/* sell nothing until claimed or promoted */
 } SeckillRedisEpochLost;

@@ -39,7 +39,7 @@ int			seckill_max_locks = 256;
 int			seckill_lock_max_hold = 3600 * 1000;
 int			seckill_lock_queue_lease = 1000;
 int			seckill_redis_unavailable = SK_UNAVAILABLE_ERROR;
-int			seckill_redis_epoch_lost = SK_EPOCH_LOST_REBUILD;
+int			seckill_redis_epoch_lost = SK_EPOCH_LOST_AUTO;
 char	   *seckill_redlock_nodes = NULL;
 
 static const struct config_enum_entry redis_unavailable_modes[] = {
@@ -49,6 +49,7 @@ static const struct config_enum_entry redis_unavailable_modes[] = {
 };
 
 static const struct config_enum_entry redis_epoch_lost_modes[] = {
+	{"auto", SK_EPOCH_LOST_AUTO, false},
 	{"rebuild", SK_EPOCH_LOST_REBUILD, false},
 	{"wait", SK_EPOCH_LOST_WAIT, false},
 	{NULL, 0, false}
@@ -246,9 +247,9 @@ seckill_define_gucs(void)
 							 &seckill_redis_unavailable, SK_UNAVAILABLE_ERROR, redis_unavailable_modes,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomEnumVariable("seckill.redis_epoch_lost",
-							 "What a server does when Redis lost the epoch it recorded there: rebuild, or wait.",
-							 "With rebuild, the server takes Redis for a new one, records its epoch again and rebuilds the campaigns from PostgreSQL.  With wait, it does not sell until seckill_epoch_claim() is called on it or it is promoted: a primary left behind by a failover that it never saw then cannot sell on through a Redis that forgot the failover.",
-							 &seckill_redis_epoch_lost, SK_EPOCH_LOST_REBUILD, redis_epoch_lost_modes,
+							 "What a server does when Redis lost the epoch it recorded there: auto, rebuild, or wait.",
+							 "With rebuild, the server takes Redis for a new one, records its epoch again and rebuilds the campaigns from PostgreSQL.  With wait, it does not sell until seckill_epoch_claim() is called on it or it is promoted: a primary left behind by a failover that it never saw then cannot sell on through a Redis that forgot the failover.  With auto, wait on a server that has streamed WAL to a standby or was promoted (its timeline is past 1), rebuild on the others.",
+							 &seckill_redis_epoch_lost, SK_EPOCH_LOST_AUTO, redis_epoch_lost_modes,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomStringVariable("seckill.redlock_nodes",
 							   "Independent Redis nodes (host:port, comma separated, an odd number, at least 3) that hold the SQL callers' locks by Redlock.",

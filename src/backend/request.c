@@ -127,7 +127,7 @@ seckill_reply_checked(SeckillRequestKind kind, SeckillReply reply)
 			ereport(ERROR,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 					 errmsg("%s", reply.message),
-					 errdetail("seckill.redis_epoch_lost is wait: a primary left behind by a failover it never saw must not sell on through a Redis that forgot the failover."),
+					 errdetail("A primary left behind by a failover it never saw must not sell on through a Redis that forgot the failover (seckill.redis_epoch_lost)."),
 					 errhint("On the primary, and there only, run SELECT seckill_epoch_claim(); a server that is not the primary rejoins as a standby (pg_rewind).")));
 			break;
 		default:

@@ -209,12 +209,13 @@ store_set_database_mode(bool on)
 
 /*
  * In a transaction of its own, what seckill.worker_state remembers of the
- * epochs: the timeline that fenced this server (*fenced_by, 0: none) and
- * the one it last recorded in Redis itself (*recorded, 0: none).  False
- * while the extension is not installed or its SQL is outdated.
+ * epochs: the timeline that fenced this server (*fenced_by, 0: none), the
+ * one it last recorded in Redis itself (*recorded, 0: none), and whether it
+ * has streamed WAL to a standby.  False while the extension is not
+ * installed or its SQL is outdated.
  */
 bool
-store_epoch_state(int64 *fenced_by, int64 *recorded)
+store_epoch_state(int64 *fenced_by, int64 *recorded, bool *had_standby)
 {
 	bool		read = false;
 
@@ -226,10 +227,12 @@ store_epoch_state(int64 *fenced_by, int64 *recorded)
 		bool		isnull;
 
 		store_run("SELECT COALESCE(pg_catalog.max(fenced_by_timeline), 0), "
-				  "COALESCE(pg_catalog.max(epoch_recorded_timeline), 0) FROM seckill.worker_state",
+				  "COALESCE(pg_catalog.max(epoch_recorded_timeline), 0), "
+				  "COALESCE(pg_catalog.bool_or(had_standby), false) FROM seckill.worker_state",
 				  0, NULL, NULL, SPI_OK_SELECT);
 		*fenced_by = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		*recorded = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+		*had_standby = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
 		read = true;
 	}
 	store_commit();
@@ -256,18 +259,22 @@ store_remember_fence(int64 timeline)
 
 /*
  * In a transaction of its own: remember that this server recorded its
- * timeline as the epoch in Redis, so that Redis losing it is told from a
- * Redis never used (seckill.redis_epoch_lost).
+ * timeline as the epoch in Redis (timeline above 0), so that Redis losing
+ * it is told from a Redis never used, and that it has streamed WAL to a
+ * standby (had_standby), so that a failover it may never learn of is
+ * possible (seckill.redis_epoch_lost).
  */
 void
-store_remember_epoch(int64 timeline)
+store_remember_epoch(int64 timeline, bool had_standby)
 {
-	Oid			types[1] = {INT8OID};
-	Datum		values[1] = {Int64GetDatum(timeline)};
+	Oid			types[2] = {INT8OID, BOOLOID};
+	Datum		values[2] = {Int64GetDatum(timeline), BoolGetDatum(had_standby)};
 
 	store_begin("seckill: remember the epoch recorded");
-	store_run("UPDATE seckill.worker_state SET epoch_recorded_timeline = $1, changed_at = pg_catalog.now()",
-			  1, types, values, SPI_OK_UPDATE);
+	store_run("UPDATE seckill.worker_state SET "
+			  "epoch_recorded_timeline = CASE WHEN $1 > 0 THEN $1 ELSE epoch_recorded_timeline END, "
+			  "had_standby = had_standby OR $2, changed_at = pg_catalog.now()",
+			  2, types, values, SPI_OK_UPDATE);
 	store_commit();
 }
 

@@ -24,10 +24,12 @@
  * over to a replica that missed it).  A primary left behind by a failover
  * it never saw would then find no newer epoch and sell on.  PostgreSQL
  * remembers the timeline this server recorded, so a missing epoch is told
- * from a Redis never used; with seckill.redis_epoch_lost = wait such a
- * server does not sell (SK_ERR_EPOCH_LOST) until seckill_epoch_claim() is
- * run on it, the DBA's word that it is the primary (sk_epoch_claim), or it
- * is promoted onto a newer timeline.
+ * from a Redis never used, and whether it has streamed WAL to a standby.
+ * Where a failover is possible (seckill.redis_epoch_lost = wait, or auto on
+ * a server that had a standby or was promoted) such a server does not sell
+ * (SK_ERR_EPOCH_LOST) until seckill_epoch_claim() is run on it, the DBA's
+ * word that it is the primary (sk_epoch_claim), or it is promoted onto a
+ * newer timeline.
  *
  * Order ids: each block is recorded in Redis before its first id is used.
  * A promoted primary whose sequence lost the last blocks to asynchronous
@@ -43,8 +45,12 @@
 #include "layout/keys.h"
 #include "layout/scripts.h"
 #include "redis/redis.h"
+#include "replication/slot.h"
+#include "replication/walsender.h"
+#include "replication/walsender_private.h"
 #include "shared/shmem.h"
 #include "storage/fd.h"
+#include "storage/spin.h"
 #include "store/store.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
@@ -77,6 +83,15 @@ static bool recalled = false;
  */
 static int64 recorded_here = 0;
 static bool record_unremembered = false;
+
+/*
+ * This server has streamed WAL to a standby (as PostgreSQL remembers it, or
+ * seen since), not yet remembered; when a standby is looked for next.
+ */
+static bool had_standby = false;
+static bool standby_unremembered = false;
+static TimestampTz standby_due = 0;
+#define STANDBY_CHECK_MS 1000
 
 /*
  * Redis lost the epoch this server recorded, and seckill.redis_epoch_lost
@@ -168,6 +183,49 @@ read_promotion(void)
 		strlcpy(promotion, id, sizeof(promotion));
 }
 
+/* Is the walsender of pid serving a logical slot? */
+static bool
+logical_slot_of(pid_t pid)
+{
+	bool		found = false;
+
+	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
+	for (int i = 0; i < max_replication_slots && !found; i++)
+	{
+		ReplicationSlot *slot = &ReplicationSlotCtl->replication_slots[i];
+
+		SpinLockAcquire(&slot->mutex);
+		found = slot->in_use && slot->active_pid == pid && SlotIsLogical(slot);
+		SpinLockRelease(&slot->mutex);
+	}
+	LWLockRelease(ReplicationSlotControlLock);
+	return found;
+}
+
+/*
+ * Does a standby stream WAL from this server now: a walsender streaming,
+ * but not for a logical slot?  (pg_receivewal counts too.)
+ */
+static bool
+standby_streams(void)
+{
+	for (int i = 0; WalSndCtl != NULL && i < max_wal_senders; i++)
+	{
+		WalSnd	   *walsnd = &WalSndCtl->walsnds[i];
+		pid_t		pid;
+		WalSndState state;
+
+		SpinLockAcquire(&walsnd->mutex);
+		pid = walsnd->pid;
+		state = walsnd->state;
+		SpinLockRelease(&walsnd->mutex);
+		if (pid != 0 && state == WALSNDSTATE_STREAMING &&
+			(ReplicationSlotCtl == NULL || !logical_slot_of(pid)))
+			return true;
+	}
+	return false;
+}
+
 /*
  * Outside a transaction, before the worker uses Redis or sells without it:
  * take up the fence PostgreSQL remembers (seckill.worker_state), once after
@@ -188,8 +246,10 @@ sk_epoch_recall(void)
 	if (!recalled)
 	{
 		int64		by = 0;
+		bool		remembered_standby = false;
 
-		recalled = store_epoch_state(&by, &recorded_here);
+		recalled = store_epoch_state(&by, &recorded_here, &remembered_standby);
+		had_standby |= remembered_standby;
 		if (by > (int64) timeline && !fenced)
 		{
 			fenced = true;
@@ -206,11 +266,39 @@ sk_epoch_recall(void)
 		store_remember_fence((int64) timeline + 1);
 		fence_unremembered = false;
 	}
-	if (record_unremembered && recalled)
+	if (!had_standby && GetCurrentTimestamp() >= standby_due)
 	{
-		store_remember_epoch((int64) timeline);
-		recorded_here = timeline;
-		record_unremembered = false;
+		standby_due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), STANDBY_CHECK_MS);
+		had_standby = standby_unremembered = standby_streams();
+	}
+	if ((record_unremembered || standby_unremembered) && recalled)
+	{
+		store_remember_epoch(record_unremembered ? (int64) timeline : 0, had_standby);
+		if (record_unremembered)
+			recorded_here = timeline;
+		record_unremembered = standby_unremembered = false;
+	}
+}
+
+/*
+ * Is a failover this server may never learn of possible, so that it waits
+ * when Redis lost its epoch?  Why, when it is.
+ */
+static const char *
+failover_possible(void)
+{
+	switch (seckill_redis_epoch_lost)
+	{
+		case SK_EPOCH_LOST_WAIT:
+			return "seckill.redis_epoch_lost is wait";
+		case SK_EPOCH_LOST_AUTO:
+			if (timeline > 1)
+				return "this server was promoted (its timeline is past 1) and seckill.redis_epoch_lost is auto";
+			if (had_standby)
+				return "this server has streamed WAL to a standby and seckill.redis_epoch_lost is auto";
+			return NULL;
+		default:
+			return NULL;
 	}
 }
 
@@ -240,14 +328,15 @@ static bool
 lost_here(void)
 {
 	bool		was = lost;
+	const char *why = failover_possible();
 
-	lost = seckill_redis_epoch_lost == SK_EPOCH_LOST_WAIT && !claimed &&
-		recorded_here >= (int64) timeline;
+	lost = why != NULL && !claimed && recorded_here >= (int64) timeline;
 	if (lost && !was)
 		ereport(WARNING,
 				(errmsg("seckill worker does not sell: Redis has lost the epoch this server recorded there (timeline %u)",
 						timeline),
-				 errdetail("Redis was restarted empty, flushed or failed over to a replica that missed it; a newer primary may have sold since a failover this server did not see. seckill.redis_epoch_lost is wait."),
+				 errdetail("Redis was restarted empty, flushed or failed over to a replica that missed it; a newer primary may have sold since a failover this server did not see: %s.",
+						   why),
 				 errhint("On the primary, and there only, run SELECT seckill_epoch_claim(). A server that is not the primary rejoins as a standby (pg_rewind).")));
 	return lost;
 }
@@ -259,7 +348,7 @@ sk_epoch_reply_fenced(SeckillReply *reply)
 	{
 		reply->status = SK_ERR_EPOCH_LOST;
 		snprintf(reply->message, sizeof(reply->message),
-				 "seckill does not sell on this server (timeline %u): Redis has lost the epoch it recorded there, and seckill.redis_epoch_lost is wait",
+				 "seckill does not sell on this server (timeline %u): Redis has lost the epoch it recorded there, and a failover it did not see is possible",
 				 timeline);
 		return;
 	}

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# Redis loses the epoch after a failover (seckill.redis_epoch_lost = wait),
-# on a primary and standby of our own that share the suite's Redis under
-# their own key prefix (test/t/pg_pair.sh).  The primary sells, then
-# crashes; its standby is promoted and sells on; Redis then loses every key
-# of the prefix, the epoch too.  The old primary, restarted, never saw the
+# Redis loses the epoch after a failover (seckill.redis_epoch_lost, left at
+# its default, auto), on a primary and standby of our own that share the
+# suite's Redis under their own key prefix (test/t/pg_pair.sh).  The
+# primary sells and remembers that it streams to a standby, then crashes;
+# its standby is promoted and sells on; Redis then loses every key of the
+# prefix, the epoch too.  The old primary, restarted, never saw the
 # failover: it finds no epoch where it recorded its own, and refuses to sell
 # (55P03, status epoch_lost, the claim in the hint) without writing a key
 # to Redis; so does the new primary, until a DBA runs seckill_epoch_claim()
 # on it.  Then the new primary sells, Redis agrees with it without a
 # reconcile, and the old one is fenced for good: its own claim is refused
-# and it remembers the timeline that fenced it.  With the default
-# (rebuild), a primary whose Redis lost the epoch records it again by
-# itself and sells.
+# and it remembers the timeline that fenced it.  Redis emptied under the
+# running primary makes it wait too.  With rebuild, a primary whose Redis
+# lost the epoch records it again by itself and sells (as auto does on a
+# server that never had a standby: 21_sold_out_revives.t).
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
@@ -58,10 +60,8 @@ buys() { # port n tag: n purchases, the count of ok
 
 primary a "$a_port"
 ok "[ $? -eq 0 ]" "a primary of our own on port $a_port, Redis prefix $prefix" || finish
-val "$a_port" "ALTER SYSTEM SET seckill.redis_epoch_lost = wait" >/dev/null &&
-	val "$a_port" "SELECT pg_reload_conf()" >/dev/null &&
-	val "$a_port" "CREATE EXTENSION seckill" >/dev/null
-ok "[ $? -eq 0 ]" "seckill.redis_epoch_lost = wait"
+val "$a_port" "CREATE EXTENSION seckill" >/dev/null
+is "$(val "$a_port" "SHOW seckill.redis_epoch_lost")" auto "seckill.redis_epoch_lost is auto by default"
 goods="epochlost-$$"
 val "$a_port" "SELECT seckill_campaign_create('$goods', 100000)" >/dev/null
 is "$(val "$a_port" "SELECT seckill_preheat('$goods')")" 100000 "a campaign of 100,000, preheated" || finish
@@ -78,6 +78,9 @@ caught_up() {
 }
 seckill_wait_for caught_up 30
 ok "[ $? -eq 0 ]" "the standby caught up"
+seckill_wait_for "[ \"\$(val $a_port 'SELECT had_standby FROM seckill.worker_state')\" = t ]" 10
+ok "[ $? -eq 0 ]" "the primary remembers it streams to a standby (had_standby)"
+seckill_wait_for caught_up 30
 
 # The primary crashes, the standby is promoted and sells on
 pgctl a -m immediate stop >/dev/null
@@ -159,8 +162,8 @@ ok "[ $? -eq 0 ]" "Redis emptied under a running primary: it waits for a claim, 
 is "$(rcli --scan --pattern "$prefix:*" | grep -vc ':order-ids$')" 0 "Redis holds no campaign or epoch key of the prefix"
 is "$(val "$b_port" "SELECT seckill_epoch_claim()")" 2 "claimed again"
 is "$(answer "$b_port" running-2)" ok "it sells again"
-val "$b_port" "ALTER SYSTEM RESET seckill.redis_epoch_lost" >/dev/null && val "$b_port" "SELECT pg_reload_conf()" >/dev/null
+val "$b_port" "ALTER SYSTEM SET seckill.redis_epoch_lost = rebuild" >/dev/null && val "$b_port" "SELECT pg_reload_conf()" >/dev/null
 flush_prefix
-is "$(answer "$b_port" default-1)" ok "with the default (rebuild), a primary whose Redis lost the epoch records it again and sells"
+is "$(answer "$b_port" rebuild-1)" ok "with rebuild, a primary whose Redis lost the epoch records it again and sells"
 is "$(rcli get "$epoch_key")" 2 "Redis holds timeline 2"
 done_testing

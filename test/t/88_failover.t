@@ -11,7 +11,8 @@
 #  2. the old primary restarted on its own next to the same Redis refuses to
 #     sell (55P03, pg_rewind in the hint) and leaves Redis alone; it
 #     remembers the fence, and restarted once more after Redis lost every
-#     key of the prefix, it still refuses and writes no epoch;
+#     key of the prefix, it still refuses and writes no epoch; the new
+#     primary waits for seckill_epoch_claim(), then sells;
 #  3. a standby says at once that it is in recovery;
 #  4. sync: a new standby with synchronous_standby_names = '*', the same
 #     crash: no acked order is lost; the cost in throughput is printed.
@@ -214,13 +215,20 @@ epoch_now=$(redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" get "$epoch_key")
 ok "[ '$epoch_now' != 1 ]" "old primary: it did not record its timeline as Redis' epoch (epoch now: ${epoch_now:-none})"
 pgctl primary -w -m fast stop >/dev/null
 
-# the new primary finds its campaign gone from Redis and rebuilds it
+# the new primary finds its campaign gone from Redis with the epoch: it
+# was promoted, so it waits for the DBA's claim (seckill.redis_epoch_lost
+# is auto), then rebuilds the campaign
 fresh_n=0
+fresh_answer=
 fresh() {
 	fresh_n=$((fresh_n + 1))
-	[ "$(val "$new" "SELECT status FROM seckill_buy('fresh-$fresh_n', '$goods')" 2>&1)" = ok ]
+	fresh_answer=$(val "$new" "SELECT status FROM seckill_buy('fresh-$fresh_n', '$goods')" 2>&1)
+	! grep -qE 'SK00[12]|^busy' <<<"$fresh_answer"
 }
 seckill_wait_for fresh 30
+ok "[[ \"\$fresh_answer\" == *'lost the epoch'* ]]" "the new primary waits for a claim: $fresh_answer"
+is "$(val "$new" "SELECT seckill_epoch_claim()")" 2 "seckill_epoch_claim() on the new primary: timeline 2"
+seckill_wait_for "fresh && [ \"\$fresh_answer\" = ok ]" 30
 ok "[ $? -eq 0 ]" "a fresh sale on the new primary answers ok"
 
 # 4. Sync: a new standby of the new primary, then the same crash

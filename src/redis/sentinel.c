@@ -26,6 +26,14 @@
 static redisContext *sentinel = NULL;
 static char sentinel_addr[256];
 
+/*
+ * A connection being opened, and whether a lookup is under way: a cancel
+ * (an ERROR) in one of its waits leaves them set, and the next lookup
+ * closes both, rather than reading a reply meant for the broken-off one.
+ */
+static redisContext *opening = NULL;
+static bool looking_up = false;
+
 bool
 sk_sentinel_enabled(void)
 {
@@ -37,6 +45,24 @@ sk_sentinel_close(void)
 {
 	sk_tls_free(sentinel);
 	sentinel = NULL;
+	sk_tls_free(opening);
+	opening = NULL;
+}
+
+/* A lookup begins: what one broken off left is closed. */
+static void
+begin_lookup(void)
+{
+	if (looking_up)
+		sk_sentinel_close();
+	looking_up = true;
+}
+
+static bool
+end_lookup(bool named)
+{
+	looking_up = false;
+	return named;
 }
 
 /*
@@ -118,6 +144,7 @@ open_sentinel(const char *addr, const char *password, char *why, size_t whylen)
 			redisFree(c);
 		return NULL;
 	}
+	opening = c;
 	if (!sk_tls_wait(c->fd, true, deadline) ||
 		getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &soerrlen) != 0 || soerr != 0)
 		snprintf(error, sizeof(error), "%s", soerr ? strerror(soerr) : "timed out");
@@ -137,6 +164,7 @@ open_sentinel(const char *addr, const char *password, char *why, size_t whylen)
 		else
 			freeReplyObject(r);
 	}
+	opening = NULL;
 	if (error[0] != '\0')
 	{
 		snprintf(why, whylen, "sentinel %s: %s", addr, error);
@@ -222,12 +250,13 @@ sk_sentinel_poll(const char *password, char *host, size_t hostlen, int *port,
 	int			n;
 	char	  **addrs;
 
+	begin_lookup();
 	if (sentinel != NULL)
-		return ask(host, hostlen, port, why, whylen);
+		return end_lookup(ask(host, hostlen, port, why, whylen));
 	addrs = sentinel_list(&n);
 	if (n == 0)
-		return false;
-	return open_and_ask(addrs[next_sentinel++ % n], password, host, hostlen, port, why, whylen);
+		return end_lookup(false);
+	return end_lookup(open_and_ask(addrs[next_sentinel++ % n], password, host, hostlen, port, why, whylen));
 }
 
 /*
@@ -241,12 +270,13 @@ sk_sentinel_master(const char *password, char *host, size_t hostlen, int *port,
 	int			n;
 	char	  **addrs;
 
+	begin_lookup();
 	if (sentinel != NULL && ask(host, hostlen, port, why, whylen))
-		return true;
+		return end_lookup(true);
 	addrs = sentinel_list(&n);
 	snprintf(why, whylen, "seckill.redis_sentinels is empty");
 	for (int i = 0; i < n; i++)
 		if (open_and_ask(addrs[i], password, host, hostlen, port, why, whylen))
-			return true;
-	return false;
+			return end_lookup(true);
+	return end_lookup(false);
 }

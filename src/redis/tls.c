@@ -110,18 +110,22 @@ make_context(char *error, size_t errorlen)
 
 /*
  * Wait for the socket to turn writable (write) or readable, until the
- * deadline; interrupts are served.  False at the deadline.
+ * deadline; interrupts are served, and the latch is set again on the way
+ * out if it was set meanwhile.  False at the deadline.
  */
 bool
 sk_tls_wait(int fd, bool write, TimestampTz deadline)
 {
+	bool		woken = false;
+	bool		ready = false;
+
 	for (;;)
 	{
 		long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		int			rc;
 
 		if (ms <= 0)
-			return false;
+			break;
 		rc = WaitLatchOrSocket(MyLatch,
 							   WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH |
 							   (write ? WL_SOCKET_WRITEABLE : WL_SOCKET_READABLE),
@@ -130,10 +134,18 @@ sk_tls_wait(int fd, bool write, TimestampTz deadline)
 		{
 			ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
+			woken = true;
 		}
 		if (rc & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE))
-			return true;
+		{
+			ready = true;
+			break;
+		}
 	}
+	/* a wake-up meant for the worker's loop is kept for it */
+	if (woken)
+		SetLatch(MyLatch);
+	return ready;
 }
 
 /*

@@ -55,13 +55,20 @@ answer_barrier(const SeckillRequest *request, SeckillReply *reply)
 static void
 answer_epoch_claim(const SeckillRequest *request, SeckillReply *reply)
 {
-	sk_epoch_claim();
+	sk_epoch_claim(true);
 	sk_journal_replay_now();
 	if (!sk_journal_ready())
 	{
-		sk_journal_not_ready(reply);
+		/* a claim holds only while it is answered */
+		sk_epoch_claim(false);
+		if (sk_epoch_fenced())
+			sk_epoch_reply_fenced(reply);
+		else
+			seckill_reply_error(reply, SK_ERR_REDIS, "seckill_epoch_claim() could not finish: %s",
+								sk_redis_error());
 		return;
 	}
+	sk_rebuild_forget_failures();
 	reply->status = SK_OK;
 	reply->values[0] = strtoll(sk_epoch_arg(), NULL, 10);
 }

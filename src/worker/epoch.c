@@ -45,11 +45,12 @@
 #include "layout/keys.h"
 #include "layout/scripts.h"
 #include "redis/redis.h"
-#include "replication/slot.h"
 #include "replication/walsender.h"
 #include "replication/walsender_private.h"
 #include "shared/shmem.h"
 #include "storage/fd.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
 #include "storage/spin.h"
 #include "store/store.h"
 #include "utils/builtins.h"
@@ -76,6 +77,7 @@ static bool fenced = false;
  */
 static bool fence_unremembered = false;
 static bool recalled = false;
+static uint32 recalled_generation = 0;	/* install_generation it was read for */
 
 /*
  * The timeline this server last recorded as the epoch in Redis, as
@@ -183,28 +185,10 @@ read_promotion(void)
 		strlcpy(promotion, id, sizeof(promotion));
 }
 
-/* Is the walsender of pid serving a logical slot? */
-static bool
-logical_slot_of(pid_t pid)
-{
-	bool		found = false;
-
-	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
-	for (int i = 0; i < max_replication_slots && !found; i++)
-	{
-		ReplicationSlot *slot = &ReplicationSlotCtl->replication_slots[i];
-
-		SpinLockAcquire(&slot->mutex);
-		found = slot->in_use && slot->active_pid == pid && SlotIsLogical(slot);
-		SpinLockRelease(&slot->mutex);
-	}
-	LWLockRelease(ReplicationSlotControlLock);
-	return found;
-}
-
 /*
- * Does a standby stream WAL from this server now: a walsender streaming,
- * but not for a logical slot?  (pg_receivewal counts too.)
+ * Does a standby stream WAL from this server now: a walsender streaming
+ * that is not connected to a database, as a logical one is?  (So do
+ * pg_receivewal and pg_basebackup's WAL stream.)
  */
 static bool
 standby_streams(void)
@@ -214,13 +198,14 @@ standby_streams(void)
 		WalSnd	   *walsnd = &WalSndCtl->walsnds[i];
 		pid_t		pid;
 		WalSndState state;
+		PGPROC	   *proc;
 
 		SpinLockAcquire(&walsnd->mutex);
 		pid = walsnd->pid;
 		state = walsnd->state;
 		SpinLockRelease(&walsnd->mutex);
 		if (pid != 0 && state == WALSNDSTATE_STREAMING &&
-			(ReplicationSlotCtl == NULL || !logical_slot_of(pid)))
+			(proc = BackendPidGetProc(pid)) != NULL && !OidIsValid(proc->databaseId))
 			return true;
 	}
 	return false;
@@ -243,11 +228,20 @@ sk_epoch_recall(void)
 		read_promotion();
 	if (IsTransactionState())
 		return;					/* at the next gate */
+	if (recalled && pg_atomic_read_u32(&seckill_shared->install_generation) != recalled_generation)
+	{
+		/* a new installation's row: it is told what this one knew */
+		recalled = false;
+		fence_unremembered = fenced;
+		record_unremembered = recorded_here >= (int64) timeline;
+		standby_unremembered = had_standby;
+	}
 	if (!recalled)
 	{
 		int64		by = 0;
 		bool		remembered_standby = false;
 
+		recalled_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
 		recalled = store_epoch_state(&by, &recorded_here, &remembered_standby);
 		had_standby |= remembered_standby;
 		if (by > (int64) timeline && !fenced)
@@ -310,13 +304,14 @@ sk_epoch_lost(void)
 }
 
 /*
- * seckill_epoch_claim(): the DBA says this server is the primary; it
+ * seckill_epoch_claim() (on): the DBA says this server is the primary; it
  * records its epoch in Redis again, missing or not, at the next check.
+ * Off: the claim could not be answered, and is dropped.
  */
 void
-sk_epoch_claim(void)
+sk_epoch_claim(bool on)
 {
-	claimed = true;
+	claimed = on;
 }
 
 /*

@@ -15,7 +15,7 @@ extern const char *sk_epoch_arg(void);
 extern bool sk_epoch_check(void);
 extern bool sk_epoch_fenced(void);
 extern bool sk_epoch_lost(void);
-extern void sk_epoch_claim(void);
+extern void sk_epoch_claim(bool on);
 extern void sk_epoch_fence(const char *what);
 extern void sk_epoch_recall(void);
 extern void sk_epoch_reply_fenced(SeckillReply *reply);

@@ -37,6 +37,9 @@ static uint64 replayed_generation = 0;
 
 /* After Redis refused a replay: not before then, on the same connection. */
 static TimestampTz replay_due = 0;
+
+/* The epoch is checked at the next sk_journal_ready() (sk_journal_check_epoch). */
+static bool epoch_due = false;
 #define REPLAY_RETRY_MS 1000
 
 /*
@@ -171,6 +174,13 @@ sk_journal_replay_now(void)
 {
 	needs_replay = true;
 	replay_due = 0;
+}
+
+/* Check the epoch at the next sk_journal_ready() (Redis may have lost it). */
+void
+sk_journal_check_epoch(void)
+{
+	epoch_due = true;
 }
 
 bool
@@ -427,6 +437,16 @@ sk_journal_ready(void)
 		replayed_generation = sk_redis_generation();
 		sk_redis_proven();
 		nsettled = 0;			/* the replay dropped their entries */
+		epoch_due = false;
+	}
+	else if (epoch_due)
+	{
+		epoch_due = false;
+		if (!sk_epoch_check())
+		{
+			sk_journal_lost();
+			return false;
+		}
 	}
 	return true;
 }

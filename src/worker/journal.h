@@ -18,6 +18,7 @@ extern void sk_journal_not_ready(SeckillReply *reply);
 extern void sk_journal_lost(void);
 extern bool sk_journal_needs_replay(void);
 extern void sk_journal_replay_now(void);
+extern void sk_journal_check_epoch(void);
 extern bool sk_journal_has_settles(void);
 extern void sk_journal_settle(const SkOrder *order);
 extern int	sk_journal_add_settles(SkPipeline *p);

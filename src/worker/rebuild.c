@@ -114,7 +114,11 @@ find(int64 campaign_id)
 	return NULL;
 }
 
-/* Queue a rebuild of the campaign, unless one is queued already. */
+/*
+ * Queue a rebuild of the campaign, unless one is queued already.  Redis may
+ * have lost the epoch with the campaign: the epoch is checked before the
+ * rebuild's first step.
+ */
 void
 sk_rebuild_request(int64 campaign_id)
 {
@@ -123,6 +127,7 @@ sk_rebuild_request(int64 campaign_id)
 
 	if (find(campaign_id) != NULL)
 		return;
+	sk_journal_check_epoch();
 	if (rebuild_cxt == NULL)
 		rebuild_cxt = AllocSetContextCreate(TopMemoryContext, "seckill rebuilds",
 											ALLOCSET_DEFAULT_SIZES);
@@ -134,11 +139,7 @@ sk_rebuild_request(int64 campaign_id)
 	MemoryContextSwitchTo(old);
 }
 
-/*
- * Redis lost this campaign: rebuild it, unless that failed lately.  Redis
- * may have lost the epoch with it: the epoch is checked (and the journals
- * replayed) before the rebuild's first step.
- */
+/* Redis lost this campaign: rebuild it, unless that failed lately. */
 void
 sk_rebuild_lost(int64 campaign_id)
 {
@@ -148,8 +149,17 @@ sk_rebuild_lost(int64 campaign_id)
 		if (failed[i].campaign_id == campaign_id &&
 			now < TimestampTzPlusMilliseconds(failed[i].at, RETRY_MS))
 			return;
-	sk_journal_replay_now();
 	sk_rebuild_request(campaign_id);
+}
+
+/*
+ * Whatever failed before may work now (a claim of the epoch): rebuilds are
+ * tried again at once.
+ */
+void
+sk_rebuild_forget_failures(void)
+{
+	memset(failed, 0, sizeof(failed));
 }
 
 bool

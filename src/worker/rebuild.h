@@ -14,6 +14,7 @@
 
 extern void sk_rebuild_request(int64 campaign_id);
 extern void sk_rebuild_lost(int64 campaign_id);
+extern void sk_rebuild_forget_failures(void);
 extern bool sk_rebuild_pending(void);
 extern bool sk_rebuild_busy(int64 campaign_id);
 extern uint64 sk_rebuild_failures(void);

@@ -561,6 +561,31 @@ sk_epoch_check(void)
 }
 
 /*
+ * Is the epoch still in Redis, as this server recorded it?  Read only, so
+ * that a Redis refusing writes (maxmemory) still answers; when it is not,
+ * the whole check (sk_epoch_check).  False when fenced, waiting for a
+ * claim, or when Redis failed.
+ */
+bool
+sk_epoch_recheck(void)
+{
+	SkPipeline	p;
+	SkReply    *r;
+
+	if (fenced)
+		return false;
+	sk_pipeline_init(&p);
+	sk_pipeline_add(&p, 2, (const char *[]) {"GET", sk_keys_prefixed("epoch")}, NULL);
+	r = sk_pipeline_exec(&p);
+	if (r == NULL)
+		return false;
+	if (!lost && !claimed && r[0].type == REDIS_REPLY_STRING &&
+		strtoll(r[0].str, NULL, 10) == (int64) timeline)
+		return true;
+	return sk_epoch_check();
+}
+
+/*
  * Record the block of order ids [first, last] in Redis before it is used.
  * Returns the highest id Redis has seen when the block is not past it (the
  * sequence skips past it), 0 when recorded, -1 when Redis failed (the ids

@@ -13,6 +13,7 @@
 
 extern const char *sk_epoch_arg(void);
 extern bool sk_epoch_check(void);
+extern bool sk_epoch_recheck(void);
 extern bool sk_epoch_fenced(void);
 extern bool sk_epoch_lost(void);
 extern void sk_epoch_claim(bool on);

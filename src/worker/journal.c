@@ -442,7 +442,7 @@ sk_journal_ready(void)
 	else if (epoch_due)
 	{
 		epoch_due = false;
-		if (!sk_epoch_check())
+		if (!sk_epoch_recheck())
 		{
 			sk_journal_lost();
 			return false;

@@ -2,128 +2,24 @@
  *
  * group_commit.c
  *		The group commit of a round's orders: each campaign's row locked and
- *		its "sold" counted, then the orders inserted by one statement, in
- *		the worker's transaction.
+ *		its "sold" counted, then the orders written in one pass
+ *		(order_rows.c), in the worker's transaction.
  *
  * When that fails (a stale Redis let a duplicate or an oversell through,
  * and a constraint caught it), each order is retried alone in a
  * subtransaction, so one bad row does not sink the others; the refused ones
  * are logged as compensations in the same transaction.
  *
- * The foreign key of seckill.orders to seckill.campaigns would re-prove,
- * row by row, what the round holds already: the campaign's row, locked and
- * updated by the same transaction until it commits, so that a campaign
- * deleted or closed meanwhile gets no order.  While that key's check is the
- * only trigger an INSERT into seckill.orders fires, the round's INSERT runs
- * as a replica's would (SessionReplicationRole), which fires none of it;
- * any other trigger on INSERT (an audit, another foreign key) keeps them
- * all firing.
- *
  *-------------------------------------------------------------------------
  */
 #include "store/store.h"
 
-#include "access/htup_details.h"
-#include "access/table.h"
 #include "access/xact.h"
-#include "catalog/pg_constraint.h"
-#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
-#include "commands/trigger.h"
-#include "nodes/makefuncs.h"
 #include "store/sql.h"
-#include "utils/array.h"
-#include "utils/builtins.h"
-#include "utils/fmgroids.h"
-#include "utils/inval.h"
-#include "utils/lsyscache.h"
-#include "utils/rel.h"
-#include "utils/syscache.h"
 
 static SPIPlanPtr count_plan = NULL;
 static SPIPlanPtr on_sale_plan = NULL;
-static SPIPlanPtr insert_plan = NULL;
-
-/*
- * Does an INSERT into seckill.orders fire nothing but the campaign key's
- * check?  Kept for the table orders_verdict_oid until its relcache entry is
- * invalidated, as CREATE TRIGGER and ALTER TABLE do.
- */
-typedef enum
-{
-	VERDICT_UNKNOWN,
-	VERDICT_KEY_ONLY,
-	VERDICT_OTHERS
-} KeyVerdict;
-
-static Oid	orders_verdict_oid = InvalidOid;
-static KeyVerdict orders_verdict = VERDICT_UNKNOWN;
-
-static void
-forget_verdict(Datum arg, Oid relid)
-{
-	if (!OidIsValid(relid) || relid == orders_verdict_oid)
-		orders_verdict = VERDICT_UNKNOWN;
-}
-
-/* Is constraint conoid a key of seckill.orders (campaign_id) alone? */
-static bool
-is_campaign_key(Oid conoid, AttrNumber campaign_id)
-{
-	HeapTuple	tuple = SearchSysCache1(CONSTROID, ObjectIdGetDatum(conoid));
-	bool		isnull;
-	Datum		conkey;
-	ArrayType  *keys;
-	bool		match;
-
-	if (!HeapTupleIsValid(tuple))
-		return false;
-	conkey = SysCacheGetAttr(CONSTROID, tuple, Anum_pg_constraint_conkey, &isnull);
-	keys = isnull ? NULL : DatumGetArrayTypeP(conkey);
-	match = keys != NULL && ARR_NDIM(keys) == 1 && ARR_DIMS(keys)[0] == 1 &&
-		!ARR_HASNULL(keys) && ((int16 *) ARR_DATA_PTR(keys))[0] == campaign_id;
-	ReleaseSysCache(tuple);
-	return match;
-}
-
-static KeyVerdict
-judge_insert_triggers(Relation orders)
-{
-	TriggerDesc *triggers = orders->trigdesc;
-	Oid			campaigns = get_relname_relid("campaigns", RelationGetNamespace(orders));
-	AttrNumber	campaign_id = get_attnum(RelationGetRelid(orders), "campaign_id");
-
-	for (int i = 0; triggers != NULL && i < triggers->numtriggers; i++)
-	{
-		Trigger    *t = &triggers->triggers[i];
-
-		if (!TRIGGER_FOR_INSERT(t->tgtype))
-			continue;
-		if (!t->tgisinternal || t->tgfoid != F_RI_FKEY_CHECK_INS ||
-			t->tgconstrrelid != campaigns || !is_campaign_key(t->tgconstraint, campaign_id))
-			return VERDICT_OTHERS;
-	}
-	return VERDICT_KEY_ONLY;
-}
-
-/* orders, locked: may its INSERT skip the campaign key's check? */
-static bool
-key_check_only(Relation orders)
-{
-	static bool callback_registered = false;
-
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(forget_verdict, (Datum) 0);
-		callback_registered = true;
-	}
-	if (orders_verdict == VERDICT_UNKNOWN || orders_verdict_oid != RelationGetRelid(orders))
-	{
-		orders_verdict_oid = RelationGetRelid(orders);
-		orders_verdict = judge_insert_triggers(orders);
-	}
-	return orders_verdict == VERDICT_KEY_ONLY;
-}
 
 /*
  * Lock the campaign's row, if it is on sale and no other transaction holds
@@ -170,58 +66,6 @@ on_sale(int64 campaign_id)
 	return SPI_processed == 1;
 }
 
-/* Insert orders[which[0..n-1]], all of them or none (an error). */
-static void
-insert_rows(const SkOrder *orders, const int *which, int n)
-{
-	Oid			types[4] = {INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID};
-	Datum		values[4];
-	Datum	   *ids = palloc(sizeof(Datum) * n);
-	Datum	   *campaigns = palloc(sizeof(Datum) * n);
-	Datum	   *users = palloc(sizeof(Datum) * n);
-	Datum	   *qtys = palloc(sizeof(Datum) * n);
-	Relation	rel;
-	int			role = SessionReplicationRole;
-	volatile int rc = 0;
-
-	if (insert_plan == NULL)
-		insert_plan = store_prepare(
-									"INSERT INTO seckill.orders (id, campaign_id, user_id, qty) "
-									"SELECT * FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
-									"                         pg_catalog.unnest($3), pg_catalog.unnest($4))",
-									4, types);
-	for (int i = 0; i < n; i++)
-	{
-		const SkOrder *o = &orders[which[i]];
-
-		ids[i] = Int64GetDatum(o->id);
-		campaigns[i] = Int64GetDatum(o->campaign_id);
-		users[i] = CStringGetTextDatum(o->user_id);
-		qtys[i] = Int32GetDatum(o->qty);
-	}
-	values[0] = PointerGetDatum(construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	values[1] = PointerGetDatum(construct_array(campaigns, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	values[2] = PointerGetDatum(construct_array(users, n, TEXTOID, -1, false, TYPALIGN_INT));
-	values[3] = PointerGetDatum(construct_array(qtys, n, INT4OID, 4, true, TYPALIGN_INT));
-
-	/* locked first: a trigger created since the verdict is seen now */
-	rel = table_openrv(makeRangeVar("seckill", "orders", -1), RowExclusiveLock);
-	if (key_check_only(rel))
-		SessionReplicationRole = SESSION_REPLICATION_ROLE_REPLICA;
-	PG_TRY();
-	{
-		rc = SPI_execute_plan(insert_plan, values, NULL, false, 0);
-	}
-	PG_FINALLY();
-	{
-		SessionReplicationRole = role;
-	}
-	PG_END_TRY();
-	table_close(rel, NoLock);
-	if (rc != SPI_OK_INSERT || SPI_processed != n)
-		elog(ERROR, "inserting a round's orders failed: %s", SPI_result_code_string(rc));
-}
-
 /*
  * Insert the orders of orders[0..n-1] whose campaign is still on sale, and
  * count them in the campaigns' "sold".  Marks the inserted ones SK_OK, and
@@ -265,7 +109,7 @@ insert_orders(SkOrder *orders, int n)
 		}
 	}
 	if (ninsert > 0)
-		insert_rows(orders, insert, ninsert);
+		store_insert_order_rows(orders, insert, ninsert);
 	for (int i = 0; i < ninsert; i++)
 		orders[insert[i]].outcome = SK_OK;
 }

@@ -8,7 +8,11 @@
 # - a trigger of the DBA's on seckill.orders (an audit) fires for every
 #   order, and a foreign key of the DBA's (user_id to a table of customers)
 #   refuses every purchase of a user who is not a customer; once both are
-#   dropped, the sale goes on without them.
+#   dropped, the sale goes on without them;
+# - the rows are written as COPY writes them: a column a DBA adds with a
+#   default gets it in every order, a CHECK of the DBA's refuses its row
+#   alone, an expression index has every order, and a stored generated
+#   column (written by an INSERT statement instead) is computed.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
@@ -17,7 +21,10 @@ work=$(mktemp -d)
 cleanup() {
 	psql -Xq -c "ALTER TABLE seckill.orders DROP CONSTRAINT IF EXISTS orders_customer" \
 		-c "DROP TRIGGER IF EXISTS orders_audit ON seckill.orders" -c "DROP FUNCTION IF EXISTS public.gc_audit()" \
-		-c "DROP TABLE IF EXISTS public.gc_audit_log, public.gc_customers" >/dev/null 2>&1
+		-c "DROP TABLE IF EXISTS public.gc_audit_log, public.gc_customers" \
+		-c "DROP INDEX IF EXISTS seckill.orders_user_upper" \
+		-c "ALTER TABLE seckill.orders DROP CONSTRAINT IF EXISTS orders_no_banned,
+			DROP COLUMN IF EXISTS channel, DROP COLUMN IF EXISTS user_len" >/dev/null 2>&1
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -138,6 +145,41 @@ load "$other" 4
 wait "$LOAD"
 ok "[ $(oks 'stranger-%') -ge 500 ]" "strangers buy again: $(oks 'stranger-%') ok"
 is "$(psql_val "SELECT count(*) FROM public.gc_audit_log")" "$audited" "the dropped trigger fires no more"
+is "$(psql_val "SELECT count(*) = (SELECT sold FROM seckill.campaigns WHERE id = $oid)
+	FROM seckill.orders WHERE campaign_id = $oid")" t "every unit sold is an order, and no more"
+
+# 4. A DBA's column with a default, CHECK and expression index, then a generated column
+psql -Xq -v ON_ERROR_STOP=1 <<'SQL'
+ALTER TABLE seckill.orders ADD COLUMN channel text NOT NULL DEFAULT 'web',
+	ADD CONSTRAINT orders_no_banned CHECK (user_id NOT LIKE 'banned-%') NOT VALID;
+CREATE INDEX orders_user_upper ON seckill.orders (upper(user_id));
+SQL
+ok "[ $? -eq 0 ]" "a DBA adds a column with a default, a CHECK and an expression index to seckill.orders"
+before=$(orders_of "$oid")
+load "$other" 4
+psql_val "SELECT status FROM seckill_buy('banned-$tag', '$other')" >"$work/banned.out" 2>&1
+wait "$LOAD"
+new=$(( $(orders_of "$oid") - before ))
+ok "[ $new -ge 500 ]" "the sale goes on: $new more orders"
+is "$(psql_val "SELECT count(*) FROM seckill.orders WHERE campaign_id = $oid AND channel IS DISTINCT FROM 'web'")" 0 \
+	"every order has the new column's default"
+ok "[ \"$(cat "$work/banned.out")\" != ok ]" "a purchase the CHECK refuses is not told ok: $(cat "$work/banned.out")"
+is "$(psql_val "SELECT count(*) FROM seckill.orders WHERE user_id = 'banned-$tag'")" 0 "and its order is not written"
+is "$(psql_val "SELECT count(*) FROM seckill.compensations WHERE user_id = 'banned-$tag'")" 1 \
+	"its reservation is logged as a compensation"
+is "$(psql_val "SET enable_seqscan = off; SET enable_bitmapscan = off;
+	SELECT count(*) FROM seckill.orders WHERE upper(user_id) > ''")" \
+	"$(psql_val "SELECT count(*) FROM seckill.orders")" "the expression index has every order"
+psql -Xq -v ON_ERROR_STOP=1 \
+	-c "ALTER TABLE seckill.orders ADD COLUMN user_len int GENERATED ALWAYS AS (octet_length(user_id)) STORED"
+ok "[ $? -eq 0 ]" "a DBA adds a stored generated column"
+before=$(orders_of "$oid")
+load "$other" 3
+wait "$LOAD"
+new=$(( $(orders_of "$oid") - before ))
+ok "[ $new -ge 300 ]" "the sale goes on: $new more orders"
+is "$(psql_val "SELECT count(*) FROM seckill.orders WHERE user_len IS DISTINCT FROM octet_length(user_id)
+	OR channel IS DISTINCT FROM 'web'")" 0 "each has the generated column, and the default"
 is "$(psql_val "SELECT count(*) = (SELECT sold FROM seckill.campaigns WHERE id = $oid)
 	FROM seckill.orders WHERE campaign_id = $oid")" t "every unit sold is an order, and no more"
 

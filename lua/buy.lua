@@ -1,51 +1,64 @@
--- One purchase, atomically: sale window, rate limits, one-time token,
--- duplicate check, stock decrement and journal entry.
+-- Purchases of one campaign's shard, one after the other, atomically: for
+-- each the sale window, rate limits, one-time token, duplicate check, stock
+-- decrement and journal entry.  The campaign's hash, the clock and the
+-- journal are read once for all of them.
 --   KEYS[1] meta hash (stock, starts, ends, state, and the traffic limits
 --           user_rate, user_burst, addr_rate, addr_burst, token)
 --   KEYS[2] buyers set
 --   KEYS[3] journal hash: request id -> "qty:user", until PostgreSQL commits
---   KEYS[4] the user's rate-limit bucket, KEYS[5] the client address's
---   KEYS[6] the token's spent marker
---   ARGV[1] user id, ARGV[2] quantity, ARGV[3] request id,
---   ARGV[4] the token's expiry (microseconds since the Unix epoch; '' when
---           the call has no verified token), ARGV[5] '1' when the client
---           address is known, ARGV[6] '1' when the campaign has other
---           shards that may lend stock (lua/take.lua), ARGV[7] the worker's
---           epoch (its PostgreSQL timeline, worker/epoch.c)
--- Returns {status, remaining stock}.  Idempotent under the request id: a
--- retry of a request that already reserved answers ok again.  With other
--- shards and too little stock here, the buyer is entered with a journal
--- entry of quantity 0 and the answer is need_stock.
-local user, qty, req = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+--   then three keys a purchase: its user's rate-limit bucket, its client
+--           address's, its token's spent marker
+--   ARGV[1] '1' when the campaign has other shards that may lend stock
+--           (lua/take.lua), ARGV[2] the worker's epoch (its PostgreSQL
+--           timeline, worker/epoch.c)
+--   then five arguments a purchase: user id, quantity, request id, the
+--           token's expiry (microseconds since the Unix epoch; '' when the
+--           call has no verified token), '1' when the client address is known
+-- Returns {status, remaining stock} for each purchase, in their order.
+-- Idempotent under the request id: a retry of a request that already
+-- reserved answers ok again.  With other shards and too little stock here,
+-- the buyer is entered with a journal entry of quantity 0 and the answer is
+-- need_stock.
+local nbuys = (#ARGV - 2) / 5
 
 local m = redis.call('HMGET', KEYS[1], 'stock', 'starts', 'ends', 'state',
 	'user_rate', 'user_burst', 'addr_rate', 'addr_burst', 'token', 'epoch', 'stale')
 local stock, state = tonumber(m[1]), m[4]
+
+-- every purchase answered alike
+local function all(status, value)
+	local out = {}
+	for i = 1, nbuys do
+		out[i] = {status, value}
+	end
+	return out
+end
+
 -- a newer primary sells this campaign; one of an older epoch (or marked
 -- stale by a promotion) is rebuilt from PostgreSQL before it sells
 local epoch = tonumber(m[10])
-if epoch and epoch > tonumber(ARGV[7]) then
-	return {'fenced', epoch}
+if epoch and epoch > tonumber(ARGV[2]) then
+	return all('fenced', epoch)
 end
-if state == false or stock == nil or m[11] or (epoch and epoch < tonumber(ARGV[7])) then
-	return {'not_loaded', -1}
+-- (a stock that is no integer is not seckill's: rebuilt too)
+if state == false or stock == nil or m[11] or (epoch and epoch < tonumber(ARGV[2]))
+	or not string.match(m[1], '^-?%d+$') then
+	return all('not_loaded', -1)
 end
 if state ~= 'open' then
-	return {state == 'closed' and 'ended' or 'busy', stock}
+	return all(state == 'closed' and 'ended' or 'busy', stock)
 end
-local entry = redis.call('HGET', KEYS[3], req)
-if entry then
-	return {string.sub(entry, 1, 2) == '0:' and 'need_stock' or 'ok', stock}
+
+local reqs = {}
+for i = 1, nbuys do
+	reqs[i] = ARGV[2 + 5 * (i - 1) + 3]
 end
+local entries = redis.call('HMGET', KEYS[3], unpack(reqs))
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if now < tonumber(m[2]) then
-	return {'not_started', stock}
-end
-if m[3] ~= 'inf' and now >= tonumber(m[3]) then
-	return {'ended', stock}
-end
+local starts, ends = tonumber(m[2]), m[3]
+local urate, arate = tonumber(m[5]) or 0, tonumber(m[7]) or 0
 
 -- A token bucket: burst calls at once, then rate calls per second.  Its
 -- state survives a change of rate or burst; an idle bucket expires once full.
@@ -66,40 +79,75 @@ local function admitted(key, rate, burst)
 	return ok
 end
 
-local urate, arate = tonumber(m[5]) or 0, tonumber(m[7]) or 0
-if urate > 0 and not admitted(KEYS[4], urate, tonumber(m[6])) then
-	return {'rate_limited', stock}
-end
-if arate > 0 and ARGV[5] == '1' and not admitted(KEYS[5], arate, tonumber(m[8])) then
-	return {'rate_limited', stock}
-end
+local taken = 0
+local journal = {}
 
--- The backend checked the token's signature; spend it here, once.
-if m[9] == '1' then
-	local expiry = tonumber(ARGV[4])
-	if expiry == nil or now >= expiry then
-		return {'invalid_token', stock}
-	end
-	local ttl = math.ceil((expiry - now) / 1000)
-	if not redis.call('SET', KEYS[6], req, 'NX', 'PX', ttl)
-		and redis.call('GET', KEYS[6]) ~= req then
-		return {'invalid_token', stock}
-	end
-end
+local function buy(i)
+	local a, k = 2 + 5 * (i - 1), 3 + 3 * (i - 1)
+	local user, qty, req = ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3]
 
-if redis.call('SISMEMBER', KEYS[2], user) == 1 then
-	return {'duplicate', stock}
-end
-if stock < qty then
-	if ARGV[6] ~= '1' then
+	if entries[i] then
+		return {string.sub(entries[i], 1, 2) == '0:' and 'need_stock' or 'ok', stock}
+	end
+	if now < starts then
+		return {'not_started', stock}
+	end
+	if ends ~= 'inf' and now >= tonumber(ends) then
+		return {'ended', stock}
+	end
+	if urate > 0 and not admitted(KEYS[k + 1], urate, tonumber(m[6])) then
+		return {'rate_limited', stock}
+	end
+	if arate > 0 and ARGV[a + 5] == '1' and not admitted(KEYS[k + 2], arate, tonumber(m[8])) then
+		return {'rate_limited', stock}
+	end
+
+	-- The backend checked the token's signature; spend it here, once.
+	if m[9] == '1' then
+		local expiry = tonumber(ARGV[a + 4])
+		if expiry == nil or now >= expiry then
+			return {'invalid_token', stock}
+		end
+		local ttl = math.ceil((expiry - now) / 1000)
+		if not redis.call('SET', KEYS[k + 3], req, 'NX', 'PX', ttl)
+			and redis.call('GET', KEYS[k + 3]) ~= req then
+			return {'invalid_token', stock}
+		end
+	end
+
+	if stock >= qty then
+		if redis.call('SADD', KEYS[2], user) == 0 then
+			return {'duplicate', stock}
+		end
+		stock = stock - qty
+		taken = taken + qty
+		journal[#journal + 1] = req
+		journal[#journal + 1] = qty .. ':' .. user
+		return {'ok', stock}
+	end
+	if redis.call('SISMEMBER', KEYS[2], user) == 1 then
+		return {'duplicate', stock}
+	end
+	if ARGV[1] ~= '1' then
 		return {'sold_out', stock}
 	end
 	redis.call('SADD', KEYS[2], user)
-	redis.call('HSET', KEYS[3], req, '0:' .. user)
+	journal[#journal + 1] = req
+	journal[#journal + 1] = '0:' .. user
 	return {'need_stock', stock}
 end
 
-stock = redis.call('HINCRBY', KEYS[1], 'stock', -qty)
-redis.call('SADD', KEYS[2], user)
-redis.call('HSET', KEYS[3], req, qty .. ':' .. user)
-return {'ok', stock}
+-- A purchase that fails (a key of the wrong type) fails alone, before its
+-- buyer is entered; the others go on.
+local out = {}
+for i = 1, nbuys do
+	local done, answer = pcall(buy, i)
+	out[i] = done and answer or redis.error_reply(type(answer) == 'table' and answer.err or tostring(answer))
+end
+if taken > 0 then
+	redis.call('HINCRBY', KEYS[1], 'stock', -taken)
+end
+if #journal > 0 then
+	redis.call('HSET', KEYS[3], unpack(journal))
+end
+return out

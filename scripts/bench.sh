@@ -320,7 +320,8 @@ for c in $clients; do
 done
 seckill_configure "RESET synchronous_commit"
 
-# Redis alone: the purchase script on a campaign of its own, random users
+# Redis alone: the purchase script on a campaign of its own, random users,
+# one purchase a call
 sha=$(seckill_redis_cli SCRIPT LOAD "$(cat "$SECKILL_ROOT/lua/buy.lua")")
 rkey="seckill-bench:{c:0}"
 rkeys=("$rkey:meta" "$rkey:buyers" "$rkey:journal" "$rkey:rate:u" "$rkey:rate:a" "$rkey:token")
@@ -329,7 +330,7 @@ seckill_redis_cli HSET "$rkey:meta" stock 2000000000 starts 0 ends inf limit 1 s
 redis_cell() { # label pipeline clients
 	local csv n=$((seconds * 20000))
 	csv=$(redis-benchmark -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" -c "$3" -n "$n" -P "$2" -r 1000000000 --csv \
-		EVALSHA "$sha" 6 "${rkeys[@]}" u:__rand_int__ 1 __rand_int__ '' '' '' | tail -1)
+		EVALSHA "$sha" 6 "${rkeys[@]}" '' '' u:__rand_int__ 1 __rand_int__ '' '' | tail -1)
 	# "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
 	echo "$csv" | tr -d '"' | awk -F, -v row="$1" -v c="$3" '{ printf "%s on %s %d %.3f %.3f\n", row, c, $2, $5, $7 }' >>"$results"
 	tail -1 "$results" | awk '{ printf "  row %s, %3s clients: %8s calls/s, p50 %s ms, p99 %s ms\n", $1, $3, $4, $5, $6 }' >&2

@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * purchase.c
- *		A round's purchases: one pipeline of EVALSHA calls to Redis (each
- *		purchase checked and reserved by lua/buy.lua in its home shard, the
- *		short ones lent stock by the next shards), one group commit of the
+ *		A round's purchases: one pipeline of EVALSHA calls to Redis (the
+ *		purchases of each campaign's shard checked and reserved by one call
+ *		of lua/buy.lua in their home shard, the short ones lent stock by the
+ *		next shards), one group commit of the
  *		accepted orders, then the callers are woken and whatever PostgreSQL
  *		refused is given back.  The group commit is staged: it runs while the
  *		next round's pipeline is in Redis, or at once when no round follows.
@@ -188,34 +189,75 @@ fenced(RoundItem *item, const SkReply *r)
 	sk_epoch_reply_fenced(&item->reply);
 }
 
-/* buy.lua for one purchase, in its home shard. */
-static void
-add_buy(SkPipeline *p, const SeckillRequest *req, const SkOrder *order)
+/*
+ * The round's purchases of one campaign's shard, at most SK_BUYS_PER_CALL,
+ * are one call of lua/buy.lua: the campaign's hash, the clock and the
+ * journal are read once for them all.
+ */
+#define SK_BUYS_PER_CALL 128
+
+typedef struct BuyCall
+{
+	int64		campaign_id;
+	int			home;
+	int			nshards;
+	int			n;				/* purchases in it */
+	const char **keys;			/* 3 + 3 a purchase */
+	const char **args;			/* 2 + 5 a purchase */
+} BuyCall;
+
+/* Put a purchase into the round's call for its shard; returns its place there. */
+static int
+add_buy(BuyCall *calls, int *ncalls, int *call_of, const SeckillRequest *req, const SkOrder *order)
 {
 	SeckillCampaign *c = seckill_campaign_find(req->campaign_id);
 	int64		instance = c ? c->row.created_at : 0;
 	int64		id = req->campaign_id;
 	int			home = order->home,
 				nshards = order->nshards;
-	const char *keys[6] = {
-		sk_keys_shard(id, home, nshards, "meta"),
-		sk_keys_shard(id, home, nshards, "buyers"),
-		sk_keys_shard(id, home, nshards, "journal"),
-		sk_keys_shard(id, home, nshards, psprintf("rate:" INT64_FORMAT ":u:%s", instance, req->user_id)),
-		sk_keys_shard(id, home, nshards, psprintf("rate:" INT64_FORMAT ":a:%s", instance, req->client_addr)),
-		sk_keys_shard(id, home, nshards, psprintf("token:%s", req->token_nonce))
-	};
-	const char *args[7] = {
-		req->user_id,
-		psprintf("%d", req->qty),
-		psprintf(INT64_FORMAT, order->id),
-		req->token_nonce[0] ? psprintf(INT64_FORMAT, req->token_expiry) : "",
-		req->client_addr[0] ? "1" : "",
-		nshards > 1 ? "1" : "",
-		sk_epoch_arg()
-	};
+	BuyCall    *call = NULL;
+	const char **keys;
+	const char **args;
 
-	sk_pipeline_script(p, SK_SCRIPT_BUY, 6, keys, 7, args);
+	for (int i = *ncalls - 1; i >= 0 && call == NULL; i--)
+		if (calls[i].campaign_id == id && calls[i].home == home && calls[i].n < SK_BUYS_PER_CALL)
+			call = &calls[i];
+	if (call == NULL)
+	{
+		call = &calls[(*ncalls)++];
+		call->campaign_id = id;
+		call->home = home;
+		call->nshards = nshards;
+		call->n = 0;
+		call->keys = palloc(sizeof(char *) * (3 + 3 * SK_BUYS_PER_CALL));
+		call->args = palloc(sizeof(char *) * (2 + 5 * SK_BUYS_PER_CALL));
+		sk_keys_shard_set(id, home, nshards, call->keys);
+		call->args[0] = nshards > 1 ? "1" : "";
+		call->args[1] = sk_epoch_arg();
+	}
+	*call_of = call - calls;
+	keys = &call->keys[3 + 3 * call->n];
+	keys[0] = sk_keys_shard(id, home, nshards, psprintf("rate:" INT64_FORMAT ":u:%s", instance, req->user_id));
+	keys[1] = sk_keys_shard(id, home, nshards, psprintf("rate:" INT64_FORMAT ":a:%s", instance, req->client_addr));
+	keys[2] = sk_keys_shard(id, home, nshards, psprintf("token:%s", req->token_nonce));
+	args = &call->args[2 + 5 * call->n];
+	args[0] = req->user_id;
+	args[1] = psprintf("%d", req->qty);
+	args[2] = psprintf(INT64_FORMAT, order->id);
+	args[3] = req->token_nonce[0] ? psprintf(INT64_FORMAT, req->token_expiry) : "";
+	args[4] = req->client_addr[0] ? "1" : "";
+	return call->n++;
+}
+
+/* What buy.lua answered of the purchase at place pos of its call. */
+static SkReply *
+buy_reply(SkReply *call_reply, int n, int pos)
+{
+	static SkReply unexpected = {.type = REDIS_REPLY_NIL};
+
+	if (call_reply->type != REDIS_REPLY_ARRAY)
+		return call_reply;		/* the call failed: each of its purchases did */
+	return call_reply->elements == n ? &call_reply->element[pos] : &unexpected;
 }
 
 /* A purchase of a round, with what Redis has said of it so far. */
@@ -551,6 +593,10 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 				nd = 0;
 	int64	   *ids;
 	int			nsettles;
+	BuyCall    *calls = palloc(sizeof(BuyCall) * n);
+	int		   *call_of = palloc(sizeof(int) * n);
+	int		   *place = palloc(sizeof(int) * n);
+	int			ncalls = 0;
 
 	*nrebuild = 0;
 	pg_atomic_fetch_add_u64(&seckill_figures->counters.purchases, n);
@@ -572,8 +618,11 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 		o->qty = req->qty;
 		o->nshards = Max(req->shards, 1);
 		o->home = o->stock_shard = sk_keys_home_shard(req->user_id, o->nshards);
-		add_buy(&p, req, o);
+		place[i] = add_buy(calls, &ncalls, &call_of[i], req, o);
 	}
+	for (int i = 0; i < ncalls; i++)
+		sk_pipeline_script(&p, SK_SCRIPT_BUY, 3 + 3 * calls[i].n, calls[i].keys,
+						   2 + 5 * calls[i].n, calls[i].args);
 	replies = sk_pipeline_exec_meanwhile(&p, commit_stage);
 	if (replies == NULL)
 	{
@@ -587,7 +636,7 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 
 	for (int i = 0; i < n; i++)
 	{
-		SkReply    *r = &replies[nsettles + i];
+		SkReply    *r = buy_reply(&replies[nsettles + call_of[i]], calls[call_of[i]].n, place[i]);
 		SeckillReply *reply = &items[i]->reply;
 		SkOrder    *o = &all[i].order;
 

@@ -4,13 +4,14 @@
  *		A round's purchases: one pipeline of EVALSHA calls to Redis (the
  *		purchases of each campaign's shard checked and reserved by one call
  *		of lua/buy.lua in their home shard, the short ones lent stock by the
- *		next shards), one group commit of the
- *		accepted orders, then the callers are woken and whatever PostgreSQL
- *		refused is given back.  The group commit is staged: it runs while the
- *		next round's pipeline is in Redis, or at once when no round follows.
- *		Every reservation is journaled in Redis before its commit, so a stop
- *		anywhere in either stage is settled by the replay.  Without Redis,
- *		the same group commit sells from PostgreSQL alone.
+ *		next shards), one group commit of the accepted orders, then the
+ *		callers are woken and whatever PostgreSQL refused is given back.
+ *		The group commit is staged: it runs while the next round's pipeline
+ *		is in Redis (a small one waits for that round's orders, once), or at
+ *		once when no round follows.  Every reservation is journaled in Redis
+ *		before its commit, so a stop anywhere in either stage is settled by
+ *		the replay.  Without Redis, the same group commit sells from
+ *		PostgreSQL alone.
  *
  *-------------------------------------------------------------------------
  */
@@ -50,6 +51,7 @@ static RoundItem *stage_dups = NULL;
 static SkOrder *dup_orders = NULL;
 static int	ndups = 0;
 static bool stage_committed = false;
+static bool stage_waited = false;	/* its commit waited for a round already */
 static XLogRecPtr stage_lsn = InvalidXLogRecPtr;	/* its commit, if not flushed */
 
 /*
@@ -67,6 +69,9 @@ typedef struct Unflushed
 static Unflushed *unflushed = NULL;
 static int	nunflushed = 0;
 static int	max_unflushed = 0;
+
+/* A stage of fewer purchases than this waits for the next round's, once. */
+#define SK_GROUP_COMMIT_MIN 24
 
 /* The install_generation our order ids belong to. */
 static uint32 seen_generation = 0;
@@ -386,39 +391,57 @@ take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccept
 		sk_answer(done[i].item);
 }
 
-/* Stage a round's accepted purchases and its duplicates, for the group commit. */
+/*
+ * Stage a round's accepted purchases and its duplicates for the group
+ * commit, after those of an earlier round whose commit waited for them.
+ */
 static void
 stage(Purchase *accepted, int n, RoundItem **dups, int nd)
 {
 	MemoryContext old;
+	int			first = nstaged,
+				firstd = ndups;
 
-	Assert(nstaged == 0 && ndups == 0);
+	Assert(!stage_committed);
 	if (stage_cxt == NULL)
 		stage_cxt = AllocSetContextCreate(TopMemoryContext, "seckill commit stage", ALLOCSET_DEFAULT_SIZES);
 	/* the group commit wants them by id; those served by other shards came last */
 	qsort(accepted, n, sizeof(Purchase), purchase_cmp);
 	old = MemoryContextSwitchTo(stage_cxt);
-	stage_items = palloc(sizeof(RoundItem) * n);
-	stage_orders = palloc(sizeof(SkOrder) * n);
+	if (first == 0 && firstd == 0)
+	{
+		stage_items = palloc(sizeof(RoundItem) * n);
+		stage_orders = palloc(sizeof(SkOrder) * n);
+		stage_dups = palloc(sizeof(RoundItem) * nd);
+		dup_orders = palloc0(sizeof(SkOrder) * nd);
+	}
+	else
+	{
+		stage_items = repalloc(stage_items, sizeof(RoundItem) * (first + n));
+		stage_orders = repalloc(stage_orders, sizeof(SkOrder) * (first + n));
+		stage_dups = repalloc(stage_dups, sizeof(RoundItem) * (firstd + nd));
+		dup_orders = repalloc(dup_orders, sizeof(SkOrder) * (firstd + nd));
+	}
 	for (int i = 0; i < n; i++)
 	{
-		stage_items[i] = *accepted[i].item;
-		stage_orders[i] = accepted[i].order;
-		stage_orders[i].user_id = stage_items[i].request.user_id;
+		stage_items[first + i] = *accepted[i].item;
+		stage_orders[first + i] = accepted[i].order;
 	}
-	stage_dups = palloc(sizeof(RoundItem) * nd);
-	dup_orders = palloc0(sizeof(SkOrder) * nd);
 	for (int i = 0; i < nd; i++)
 	{
-		stage_dups[i] = *dups[i];
-		dup_orders[i].campaign_id = stage_dups[i].request.campaign_id;
-		dup_orders[i].user_id = stage_dups[i].request.user_id;
-		dup_orders[i].outcome = SK_DUPLICATE;
+		stage_dups[firstd + i] = *dups[i];
+		memset(&dup_orders[firstd + i], 0, sizeof(SkOrder));
+		dup_orders[firstd + i].campaign_id = dups[i]->request.campaign_id;
+		dup_orders[firstd + i].outcome = SK_DUPLICATE;
 	}
+	/* the copies may have moved */
+	for (int i = 0; i < first + n; i++)
+		stage_orders[i].user_id = stage_items[i].request.user_id;
+	for (int i = 0; i < firstd + nd; i++)
+		dup_orders[i].user_id = stage_dups[i].request.user_id;
 	MemoryContextSwitchTo(old);
-	nstaged = n;
-	ndups = nd;
-	stage_committed = false;
+	nstaged = first + n;
+	ndups = firstd + nd;
 }
 
 /*
@@ -530,6 +553,7 @@ empty_stage(void)
 {
 	nstaged = 0;
 	ndups = 0;
+	stage_waited = false;
 	stage_committed = false;
 	if (stage_cxt)
 		MemoryContextReset(stage_cxt);
@@ -550,6 +574,23 @@ give_back_refused(void)
 		}
 	sk_journal_give_back(stage_orders, nstaged);
 	empty_stage();
+}
+
+/*
+ * While the next round's pipeline is in Redis: commit the stage, unless it
+ * is small and has not waited yet; then it is committed with that round's
+ * purchases (a bigger group commit costs less a purchase: one transaction,
+ * one campaign row update, one WAL flush for more of them).
+ */
+static void
+commit_stage_meanwhile(void)
+{
+	if (!stage_waited && nstaged + ndups < SK_GROUP_COMMIT_MIN)
+	{
+		stage_waited = true;
+		return;
+	}
+	commit_stage();
 }
 
 bool
@@ -623,7 +664,7 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 	for (int i = 0; i < ncalls; i++)
 		sk_pipeline_script(&p, SK_SCRIPT_BUY, 3 + 3 * calls[i].n, calls[i].keys,
 						   2 + 5 * calls[i].n, calls[i].args);
-	replies = sk_pipeline_exec_meanwhile(&p, commit_stage);
+	replies = sk_pipeline_exec_meanwhile(&p, commit_stage_meanwhile);
 	if (replies == NULL)
 	{
 		give_back_refused();

@@ -69,7 +69,8 @@ servers_of_our_own=0
 if [ -z "${SECKILL_TMP:-}" ]; then
 	seckill_install_deps
 	seckill_build_install
-	seckill_start_servers
+	# row 7c holds three locks a client: 128 clients need more than the default 256
+	seckill_start_servers "seckill.max_locks = 4096"
 	servers_of_our_own=1
 fi
 out=${out:-$SECKILL_ROOT/bench-results}

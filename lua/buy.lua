@@ -60,6 +60,10 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local starts, ends = tonumber(m[2]), m[3]
 local urate, arate = tonumber(m[5]) or 0, tonumber(m[7]) or 0
 
+local taken = 0			-- stock reserved by this call
+local journal = {}		-- its journal entries: request id, "qty:user", ...
+local wrote = false		-- anything written yet
+
 -- A token bucket: burst calls at once, then rate calls per second.  Its
 -- state survives a change of rate or burst; an idle bucket expires once full.
 local function admitted(key, rate, burst)
@@ -75,12 +79,11 @@ local function admitted(key, rate, burst)
 		tokens = tokens - 1
 	end
 	redis.call('HSET', key, 'tokens', string.format('%.17g', tokens), 'at', string.format('%.0f', now))
+	wrote = true
 	redis.call('PEXPIRE', key, string.format('%.0f', math.ceil(burst / rate * 1000) + 1000))
 	return ok
 end
 
-local taken = 0
-local journal = {}
 
 local function buy(i)
 	local a, k = 2 + 5 * (i - 1), 3 + 3 * (i - 1)
@@ -109,14 +112,17 @@ local function buy(i)
 			return {'invalid_token', stock}
 		end
 		local ttl = math.ceil((expiry - now) / 1000)
-		if not redis.call('SET', KEYS[k + 3], req, 'NX', 'PX', ttl)
-			and redis.call('GET', KEYS[k + 3]) ~= req then
+		local spent = redis.call('SET', KEYS[k + 3], req, 'NX', 'PX', ttl)
+		wrote = true
+		if not spent and redis.call('GET', KEYS[k + 3]) ~= req then
 			return {'invalid_token', stock}
 		end
 	end
 
 	if stock >= qty then
-		if redis.call('SADD', KEYS[2], user) == 0 then
+		local added = redis.call('SADD', KEYS[2], user)
+		wrote = true
+		if added == 0 then
 			return {'duplicate', stock}
 		end
 		stock = stock - qty
@@ -132,17 +138,37 @@ local function buy(i)
 		return {'sold_out', stock}
 	end
 	redis.call('SADD', KEYS[2], user)
+	wrote = true
 	journal[#journal + 1] = req
 	journal[#journal + 1] = '0:' .. user
 	return {'need_stock', stock}
 end
 
 -- A purchase that fails (a key of the wrong type) fails alone, before its
--- buyer is entered; the others go on.
+-- buyer is entered, and the others go on.  A refusal of writes (READONLY,
+-- OOM: Redis refuses only a script's first write, so nothing is written)
+-- is the whole call's answer, as the worker looks for it there.
+local function refusal(message)
+	for _, code in ipairs({'READONLY', 'OOM', 'NOREPLICAS', 'MISCONF'}) do
+		if string.sub(message, 1, #code) == code then
+			return true
+		end
+	end
+	return false
+end
+
 local out = {}
 for i = 1, nbuys do
 	local done, answer = pcall(buy, i)
-	out[i] = done and answer or redis.error_reply(type(answer) == 'table' and answer.err or tostring(answer))
+	if done then
+		out[i] = answer
+	else
+		local message = type(answer) == 'table' and answer.err or tostring(answer)
+		if not wrote and refusal(message) then
+			return redis.error_reply(message)
+		end
+		out[i] = redis.error_reply(message)
+	end
 end
 if taken > 0 then
 	redis.call('HINCRBY', KEYS[1], 'stock', -taken)

@@ -3,7 +3,7 @@
  * group_commit.c
  *		The group commit of a round's orders: each campaign's row locked and
  *		its "sold" counted, then the orders written in one pass
- *		(order_rows.c), in the worker's transaction.
+ *		(round_rows.c), in the worker's transaction.
  *
  * When that fails (a stale Redis let a duplicate or an oversell through,
  * and a constraint caught it), each order is retried alone in a
@@ -18,36 +18,7 @@
 #include "catalog/pg_type.h"
 #include "store/sql.h"
 
-static SPIPlanPtr count_plan = NULL;
 static SPIPlanPtr on_sale_plan = NULL;
-
-/*
- * Lock the campaign's row, if it is on sale and no other transaction holds
- * it (a purchase never waits for an application's or a DBA's open
- * transaction), and count qty more in its "sold".  True if counted.
- */
-static bool
-count_sold(int64 campaign_id, int32 qty)
-{
-	Oid			types[2] = {INT8OID, INT4OID};
-	Datum		values[2] = {Int64GetDatum(campaign_id), Int32GetDatum(qty)};
-	int			rc;
-
-	if (count_plan == NULL)
-		count_plan = store_prepare(
-								   "WITH locked AS ("
-								   "  SELECT id FROM seckill.campaigns"
-								   "  WHERE id = $1 AND state = 'preheated'"
-								   "  FOR NO KEY UPDATE SKIP LOCKED"
-								   ") "
-								   "UPDATE seckill.campaigns c SET sold = c.sold + $2"
-								   "  FROM locked WHERE c.id = locked.id",
-								   2, types);
-	rc = SPI_execute_plan(count_plan, values, NULL, false, 0);
-	if (rc != SPI_OK_UPDATE)
-		elog(ERROR, "counting a round's orders failed: %s", SPI_result_code_string(rc));
-	return SPI_processed == 1;
-}
 
 /* Is the campaign on sale, as the transaction's snapshot sees it? */
 static bool
@@ -93,7 +64,7 @@ insert_orders(SkOrder *orders, int n)
 		for (int j = i; j < n; j++)
 			if (orders[j].campaign_id == campaign_id)
 				qty += orders[j].qty;
-		counted = count_sold(campaign_id, qty);
+		counted = store_count_sold(campaign_id, qty);
 		busy = !counted && on_sale(campaign_id);
 		for (int j = i; j < n; j++)
 		{

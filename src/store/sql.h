@@ -20,8 +20,9 @@ extern SPIPlanPtr store_prepare(const char *sql, int nargs, Oid *types);
 extern void store_run(const char *sql, int nargs, Oid *types, Datum *values, int expected);
 extern void store_run_kept(const char *sql, int nargs, Oid *types, Datum *values, int expected);
 
-/* order_rows.c: a round's rows, for group_commit.c */
+/* round_rows.c: a round's rows, for group_commit.c */
 struct SkOrder;
+extern bool store_count_sold(int64 campaign_id, int32 qty);
 extern void store_insert_order_rows(const struct SkOrder *rows, const int *which, int n);
 
 #endif							/* SECKILL_STORE_SQL_H */

@@ -7,7 +7,7 @@
  * store/ holds every statement seckill runs against its tables and every
  * catalog look-up, the worker's and the backends': campaigns.c,
  * orders.c (with the compensation log), group_commit.c (a round's orders),
- * order_rows.c (their rows, written without a statement) and fences.c.
+ * round_rows.c (their rows, written without a statement) and fences.c.
  *
  *-------------------------------------------------------------------------
  */

@@ -225,7 +225,8 @@ add_buy(BuyCall *calls, int *ncalls, int *call_of, const SeckillRequest *req, co
 	const char **args;
 
 	for (int i = *ncalls - 1; i >= 0 && call == NULL; i--)
-		if (calls[i].campaign_id == id && calls[i].home == home && calls[i].n < SK_BUYS_PER_CALL)
+		if (calls[i].campaign_id == id && calls[i].home == home && calls[i].nshards == nshards &&
+			calls[i].n < SK_BUYS_PER_CALL)
 			call = &calls[i];
 	if (call == NULL)
 	{
@@ -262,7 +263,11 @@ buy_reply(SkReply *call_reply, int n, int pos)
 
 	if (call_reply->type != REDIS_REPLY_ARRAY)
 		return call_reply;		/* the call failed: each of its purchases did */
-	return call_reply->elements == n ? &call_reply->element[pos] : &unexpected;
+	if (call_reply->elements == n)
+		return &call_reply->element[pos];
+	/* whatever it reserved is settled by the replay */
+	sk_journal_lost();
+	return &unexpected;
 }
 
 /* A purchase of a round, with what Redis has said of it so far. */

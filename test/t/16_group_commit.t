@@ -12,7 +12,10 @@
 # - the rows are written as COPY writes them: a column a DBA adds with a
 #   default gets it in every order, a CHECK of the DBA's refuses its row
 #   alone, an expression index has every order, and a stored generated
-#   column (written by an INSERT statement instead) is computed.
+#   column (written by an INSERT statement instead) is computed;
+# - a campaign's sold is counted as an UPDATE would: a DBA's CHECK on
+#   seckill.campaigns caps the sale exactly, a DBA's trigger on its UPDATE
+#   (run by an UPDATE statement instead) fires for every count.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
@@ -23,6 +26,9 @@ cleanup() {
 		-c "DROP TRIGGER IF EXISTS orders_audit ON seckill.orders" -c "DROP FUNCTION IF EXISTS public.gc_audit()" \
 		-c "DROP TABLE IF EXISTS public.gc_audit_log, public.gc_customers" \
 		-c "DROP INDEX IF EXISTS seckill.orders_user_upper" \
+		-c "DROP TRIGGER IF EXISTS campaigns_audit ON seckill.campaigns" -c "DROP FUNCTION IF EXISTS public.gc_sold_audit()" \
+		-c "DROP TABLE IF EXISTS public.gc_sold_log" \
+		-c "ALTER TABLE seckill.campaigns DROP CONSTRAINT IF EXISTS campaigns_gc_cap" \
 		-c "ALTER TABLE seckill.orders DROP CONSTRAINT IF EXISTS orders_no_banned,
 			DROP COLUMN IF EXISTS channel, DROP COLUMN IF EXISTS user_len" >/dev/null 2>&1
 	rm -rf "$work"
@@ -182,5 +188,38 @@ is "$(psql_val "SELECT count(*) FROM seckill.orders WHERE user_len IS DISTINCT F
 	OR channel IS DISTINCT FROM 'web'")" 0 "each has the generated column, and the default"
 is "$(psql_val "SELECT count(*) = (SELECT sold FROM seckill.campaigns WHERE id = $oid)
 	FROM seckill.orders WHERE campaign_id = $oid")" t "every unit sold is an order, and no more"
+
+# 5. A DBA's CHECK and trigger on seckill.campaigns
+cap=$(( $(psql_val "SELECT sold FROM seckill.campaigns WHERE id = $oid") + 300 ))
+psql -Xq -v ON_ERROR_STOP=1 -c "ALTER TABLE seckill.campaigns ADD CONSTRAINT campaigns_gc_cap
+	CHECK (id <> $oid OR sold <= $cap) NOT VALID"
+ok "[ $? -eq 0 ]" "a DBA caps the campaign's sold at $cap by a CHECK on seckill.campaigns"
+load "$other" 4
+wait "$LOAD"
+is "$(counted "$oid")" "$cap/$cap" "the sale stops at the cap exactly, every unit sold an order"
+is "$(psql_val "SELECT count(*) > 0 FROM seckill.compensations WHERE campaign_id = $oid
+	AND reason LIKE '%campaigns_gc_cap%'")" t "the reservations past it are refused by the CHECK, and compensated"
+psql -Xq -v ON_ERROR_STOP=1 <<'SQL'
+ALTER TABLE seckill.campaigns DROP CONSTRAINT campaigns_gc_cap;
+CREATE TABLE public.gc_sold_log (campaign_id bigint, sold int);
+CREATE FUNCTION public.gc_sold_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO public.gc_sold_log VALUES (NEW.id, NEW.sold);
+	RETURN NEW;
+END $$;
+CREATE TRIGGER campaigns_audit AFTER UPDATE OF sold ON seckill.campaigns
+	FOR EACH ROW EXECUTE FUNCTION public.gc_sold_audit();
+SQL
+ok "[ $? -eq 0 ]" "the cap dropped, a DBA's trigger on UPDATE OF sold added"
+audited="audited-$tag"
+aid=$(campaign "$audited")
+load "$audited" 3
+wait "$LOAD"
+is "$(psql_val "SELECT max(sold) FROM public.gc_sold_log WHERE campaign_id = $aid")" \
+	"$(psql_val "SELECT sold FROM seckill.campaigns WHERE id = $aid")" "the trigger saw every count, the last one too"
+ok "[ $(psql_val "SELECT count(*) FROM public.gc_sold_log WHERE campaign_id = $aid") -ge 10 ]" \
+	"it fired for each round: $(psql_val "SELECT count(*) FROM public.gc_sold_log WHERE campaign_id = $aid") times"
+is "$(counted "$aid")" "$(psql_val "SELECT sold || '/' || sold FROM seckill.campaigns WHERE id = $aid")" \
+	"every unit sold is an order, and no more"
 
 done_testing

@@ -66,24 +66,32 @@ local wrote = false		-- anything written yet
 
 -- A token bucket: burst calls at once, then rate calls per second.  Its
 -- state survives a change of rate or burst; an idle bucket expires once full.
+-- A bucket is read once a call and written once at its end, however many of
+-- the call's purchases it admits (an address's, behind a proxy).
+local buckets, bucket_keys = {}, {}
 local function admitted(key, rate, burst)
-	local b = redis.call('HMGET', key, 'tokens', 'at')
-	local tokens, at = tonumber(b[1]) or burst, tonumber(b[2]) or now
-	-- a clock that went back (a failover to another node) refills nothing
-	if now > at then
-		tokens = tokens + (now - at) * rate / 1000000
+	local b = buckets[key]
+	if b == nil then
+		local h = redis.call('HMGET', key, 'tokens', 'at')
+		local tokens, at = tonumber(h[1]) or burst, tonumber(h[2]) or now
+		-- a clock that went back (a failover to another node) refills nothing
+		if now > at then
+			tokens = tokens + (now - at) * rate / 1000000
+		end
+		b = {tokens = tokens}
 	end
-	tokens = math.min(tokens, burst)
+	local tokens = math.min(b.tokens, burst)
 	local ok = tokens >= 1
 	if ok then
 		tokens = tokens - 1
 	end
-	redis.call('HSET', key, 'tokens', string.format('%.17g', tokens), 'at', string.format('%.0f', now))
-	wrote = true
-	redis.call('PEXPIRE', key, string.format('%.0f', math.ceil(burst / rate * 1000) + 1000))
+	if buckets[key] == nil then
+		buckets[key] = b
+		bucket_keys[#bucket_keys + 1] = key
+	end
+	b.tokens, b.rate, b.burst = tokens, rate, burst
 	return ok
 end
-
 
 local function buy(i)
 	local a, k = 2 + 5 * (i - 1), 3 + 3 * (i - 1)
@@ -169,6 +177,11 @@ for i = 1, nbuys do
 		end
 		out[i] = redis.error_reply(message)
 	end
+end
+for _, key in ipairs(bucket_keys) do
+	local b = buckets[key]
+	redis.call('HSET', key, 'tokens', string.format('%.17g', b.tokens), 'at', string.format('%.0f', now))
+	redis.call('PEXPIRE', key, string.format('%.0f', math.ceil(b.burst / b.rate * 1000) + 1000))
 end
 if taken > 0 then
 	redis.call('HINCRBY', KEYS[1], 'stock', -taken)

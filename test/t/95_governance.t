@@ -88,6 +88,25 @@ ok "[ $worst -le $max ] && [ $worst -ge 3 ]" \
 	"$calls calls of 50 users in ${elapsed} ms: at most $worst got through for one user (bound $max)"
 is "$(psql_val "SELECT count(*) FROM stampede_answers WHERE status = 'error'")" 0 "no errors"
 
+# One address's bucket, shared by many users whose purchases go to Redis in
+# the same calls of the purchase script: exact as well.  The callers all
+# connect from 127.0.0.1.
+addr="addr-$run"
+campaign "$addr" 100000 '{"addr_rate": 0.001, "addr_burst": 12}'
+psql_val "DELETE FROM stampede_answers" >/dev/null
+cat >"$work/addr.sql" <<SQL
+\set u random(1, 1000000000000)
+SELECT try_buy('addr-' || :u, '$addr');
+SQL
+read -r rounds0 purchases0 <<<"$(psql_val "SELECT rounds || ' ' || purchases FROM seckill.worker_counters()")"
+pgbench -n -c 32 -j 2 -t 10 -f "$work/addr.sql" >"$work/addr.out" 2>&1
+read -r rounds1 purchases1 <<<"$(psql_val "SELECT rounds || ' ' || purchases FROM seckill.worker_counters()")"
+ok "[ $((purchases1 - purchases0)) -gt $((rounds1 - rounds0)) ]" \
+	"$((purchases1 - purchases0)) purchases of many users from one address came in $((rounds1 - rounds0)) rounds"
+is "$(psql_val "SELECT count(*) FILTER (WHERE status <> 'rate_limited') || '/' ||
+	count(*) FILTER (WHERE status = 'rate_limited') FROM stampede_answers")" "12/308" \
+	"exactly the address's burst of 12 got through, 308 were rate_limited"
+
 # --- one-time tokens ---------------------------------------------------------
 tk="tk-$run"
 campaign "$tk" 1000 '{"token_required": true}'

@@ -16,8 +16,11 @@
  */
 #include "backend/token.h"
 
+#include <openssl/core_names.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+
 #include "backend/backend.h"
-#include "common/hmac.h"
 #include "common/sha2.h"
 #include "shared/campaign_cache.h"
 #include "store/store.h"
@@ -28,26 +31,84 @@ PG_FUNCTION_INFO_V1(seckill_token);
 
 #define MAC_LEN 16				/* bytes of the HMAC kept */
 
+/*
+ * HMAC-SHA256 keyed with a campaign's secret, kept by the session for the
+ * last few campaigns it issued or checked tokens of: keying a MAC (finding
+ * the digest by name, hashing the key blocks) cost more than the MAC of a
+ * token itself.  An entry is keyed again when its campaign's secret changes.
+ */
+#define KEYED_MACS 4
+
+typedef struct KeyedMac
+{
+	int64		campaign_id;
+	uint8		secret[SK_TOKEN_SECRET_LEN];
+	EVP_MAC_CTX *ctx;			/* NULL: unused */
+} KeyedMac;
+
+static EVP_MAC *hmac = NULL;
+static KeyedMac keyed[KEYED_MACS];
+static int	next_keyed = 0;
+
+static void
+mac_failed(void)
+{
+	unsigned long e = ERR_get_error();
+
+	ERR_clear_error();
+	ereport(ERROR,
+			(errcode(ERRCODE_INTERNAL_ERROR),
+			 errmsg("could not compute a token's HMAC: %s",
+					e != 0 && ERR_reason_error_string(e) ? ERR_reason_error_string(e) : "OpenSSL gave no reason")));
+}
+
+static EVP_MAC_CTX *
+keyed_mac(int64 campaign_id, const uint8 *secret)
+{
+	OSSL_PARAM	params[2];
+	KeyedMac   *k;
+
+	for (int i = 0; i < KEYED_MACS; i++)
+		if (keyed[i].ctx != NULL && keyed[i].campaign_id == campaign_id &&
+			memcmp(keyed[i].secret, secret, SK_TOKEN_SECRET_LEN) == 0)
+			return keyed[i].ctx;
+	if (hmac == NULL && (hmac = EVP_MAC_fetch(NULL, OSSL_MAC_NAME_HMAC, NULL)) == NULL)
+		mac_failed();
+	k = &keyed[next_keyed];
+	next_keyed = (next_keyed + 1) % KEYED_MACS;
+	EVP_MAC_CTX_free(k->ctx);
+	k->ctx = EVP_MAC_CTX_new(hmac);
+	params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, "SHA256", 0);
+	params[1] = OSSL_PARAM_construct_end();
+	if (k->ctx == NULL || !EVP_MAC_init(k->ctx, secret, SK_TOKEN_SECRET_LEN, params))
+	{
+		EVP_MAC_CTX_free(k->ctx);
+		k->ctx = NULL;
+		mac_failed();
+	}
+	k->campaign_id = campaign_id;
+	memcpy(k->secret, secret, SK_TOKEN_SECRET_LEN);
+	return k->ctx;
+}
+
 static void
 token_mac(int64 campaign_id, const SeckillLimits *limits, const char *user_id,
 		  int64 expiry, const char *nonce, uint8 *mac)
 {
-	pg_hmac_ctx *ctx = pg_hmac_create(PG_SHA256);
 	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	size_t		len;
 	char	   *msg = psprintf(INT64_FORMAT ":" INT64_FORMAT ":%s:%s",
 							   campaign_id, expiry, nonce, user_id);
+	EVP_MAC_CTX *ctx;
 
 	if (!limits->has_token_secret)
 		elog(ERROR, "the token secret of campaign " INT64_FORMAT " is not loaded", campaign_id);
-	if (ctx == NULL ||
-		pg_hmac_init(ctx, limits->token_secret, SK_TOKEN_SECRET_LEN) < 0 ||
-		pg_hmac_update(ctx, (uint8 *) msg, strlen(msg)) < 0 ||
-		pg_hmac_final(ctx, digest, sizeof(digest)) < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not compute a token's HMAC: %s",
-						ctx ? pg_hmac_error(ctx) : "out of memory")));
-	pg_hmac_free(ctx);
+	ctx = keyed_mac(campaign_id, limits->token_secret);
+	/* a NULL key starts a MAC over with the key the context holds */
+	if (!EVP_MAC_init(ctx, NULL, 0, NULL) ||
+		!EVP_MAC_update(ctx, (const unsigned char *) msg, strlen(msg)) ||
+		!EVP_MAC_final(ctx, digest, &len, sizeof(digest)) || len != sizeof(digest))
+		mac_failed();
 	memcpy(mac, digest, MAC_LEN);
 }
 

@@ -140,6 +140,20 @@ is "$(psql_val "SELECT status FROM tokens, seckill_buy(user_id, '$tk', 1, token)
 	invalid_token "after a cancel, the spent token is still spent"
 is "$(psql_val "SELECT status FROM seckill_buy('$u', '$tk', 1, seckill_token('$u', '$tk'))")" ok \
 	"a fresh token buys again"
+# A token's MAC is the first 16 bytes of HMAC-SHA256 over
+# "<campaign id>:<expiry>:<nonce>:<user id>", keyed with the campaign's
+# secret: worked out again here with pgcrypto, for tokens of two campaigns
+# issued in turn (each session keys a MAC once a campaign).
+psql_val "CREATE EXTENSION IF NOT EXISTS pgcrypto" >/dev/null
+is "$(psql_val "SELECT count(*) FILTER (WHERE split_part(t, '-', 3) = left(encode(hmac(convert_to(
+		c.id || ':' || ('x' || lpad(split_part(t, '-', 1), 16, '0'))::bit(64)::bigint || ':' ||
+		split_part(t, '-', 2) || ':' || u, 'UTF8'), seckill.token_secret(c.id), 'sha256'), 'hex'), 32)) || '/' || count(*)
+	FROM generate_series(1, 6) i,
+		LATERAL (SELECT CASE WHEN i % 2 = 0 THEN '$tk' ELSE '$rl' END AS g, 'mac-' || i AS u) a,
+		LATERAL (SELECT seckill_token(a.u, a.g) AS t) b,
+		seckill.campaigns c
+	WHERE c.goods = a.g AND c.state <> 'closed'")" "6/6" \
+	"every token's MAC is HMAC-SHA256 of its campaign, expiry, nonce and user, keyed with the campaign's secret"
 psql_val "SELECT seckill_campaign_set('$tk', '{\"token_ttl\": \"1 second\"}')" >/dev/null
 expiring=$(psql_val "SELECT seckill_token('late', '$tk')")
 expiry="('x' || lpad('${expiring%%-*}', 16, '0'))::bit(64)::bigint"

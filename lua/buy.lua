@@ -85,11 +85,17 @@ local function admitted(key, rate, burst)
 	if ok then
 		tokens = tokens - 1
 	end
+	-- checked here, where an error fails this purchase alone: the writes at
+	-- the end of the call must not fail after the others were made
+	local ttl = math.ceil(burst / rate * 1000) + 1000
+	if not (ttl >= 1000 and ttl < 2 ^ 53) then
+		error('the rate limit of ' .. key .. ' gives no expiry in milliseconds (' .. tostring(ttl) .. ')')
+	end
 	if buckets[key] == nil then
 		buckets[key] = b
 		bucket_keys[#bucket_keys + 1] = key
 	end
-	b.tokens, b.rate, b.burst = tokens, rate, burst
+	b.tokens, b.ttl = tokens, ttl
 	return ok
 end
 
@@ -178,15 +184,15 @@ for i = 1, nbuys do
 		out[i] = redis.error_reply(message)
 	end
 end
-for _, key in ipairs(bucket_keys) do
-	local b = buckets[key]
-	redis.call('HSET', key, 'tokens', string.format('%.17g', b.tokens), 'at', string.format('%.0f', now))
-	redis.call('PEXPIRE', key, string.format('%.0f', math.ceil(b.burst / b.rate * 1000) + 1000))
-end
 if taken > 0 then
 	redis.call('HINCRBY', KEYS[1], 'stock', -taken)
 end
 if #journal > 0 then
 	redis.call('HSET', KEYS[3], unpack(journal))
+end
+for _, key in ipairs(bucket_keys) do
+	local b = buckets[key]
+	redis.call('HSET', key, 'tokens', string.format('%.17g', b.tokens), 'at', string.format('%.0f', now))
+	redis.call('PEXPIRE', key, string.format('%.0f', b.ttl))
 end
 return out

@@ -126,6 +126,30 @@ ok "[ $tries -ge 1 ] && [ $tries -le $((took / 5 + 1)) ]" "30 purchases in $took
 seckill_wait_for "[ \"\$(psql_val \"SELECT status FROM seckill_buy('x31', '$goods-oom')\")\" = ok ]" 15
 ok "[ $? -eq 0 ]" "Redis takes writes again: the campaign is rebuilt and sells"
 
+# 6b. A rate limit that gives a bucket no expiry in milliseconds (written
+#     into Redis by hand): each purchase fails alone, before its buyer is
+#     entered, and nothing of the call is lost.
+psql_val "SELECT seckill_campaign_create('$goods-ttl', 10)" >/dev/null
+is "$(psql_val "SELECT seckill_preheat('$goods-ttl')")" 10 "a campaign of 10 for the bad limit"
+tcid=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$goods-ttl'")
+seckill_redis_cli HSET "seckill:{c:$tcid}:meta" user_rate 1e-300 user_burst 1 >/dev/null
+psql_val "DELETE FROM stampede_answers" >/dev/null
+pids=()
+for u in t1 t2 t3 t4; do
+	psql_val "SELECT try_buy('$u', '$goods-ttl')" >/dev/null &
+	pids+=($!)
+done
+wait "${pids[@]}"
+is "$(psql_val "SELECT string_agg(status, ',') FROM stampede_answers WHERE user_id ~ '^t[1-4]$'")" error,error,error,error \
+	"four purchases under the bad limit: four errors"
+refused=$(psql -XAtq -c "SELECT status FROM seckill_buy('t5', '$goods-ttl')" 2>&1)
+is "$(grep -o 'gives no expiry in milliseconds' <<<"$refused")" "gives no expiry in milliseconds" \
+	"a fifth one's error names the limit that gives no expiry"
+is "$(seckill_redis_cli SCARD "seckill:{c:$tcid}:buyers")/$(seckill_redis_cli HLEN "seckill:{c:$tcid}:journal")/$(seckill_redis_cli HGET "seckill:{c:$tcid}:meta" stock)" \
+	0/0/10 "no buyer entered, no journal entry, the stock untouched"
+seckill_redis_cli HDEL "seckill:{c:$tcid}:meta" user_rate user_burst >/dev/null
+is "$(psql_val "SELECT status FROM seckill_buy('t1', '$goods-ttl')")" ok "the limit taken away, the purchase goes through"
+
 # 7. With the audit on (the default): Redis counting stock that is not there
 #    is found and repaired within seconds, without a reconcile.
 seckill_configure "RESET seckill.audit_interval"

@@ -6,8 +6,9 @@
 # stopped (fast), which hands its standby every last record; the standby is
 # promoted.  Nothing was lost, so the promoted primary settles the journal
 # and finds Redis holding what its PostgreSQL holds, instead of rebuilding
-# the campaign: the longest time without an ok is printed, and is at most
-# 2 s.  The old primary then rejoins as a standby of the new one (no
+# the campaign: the first ok comes at most 1 s after the promotion, and the
+# longest time without an ok (PostgreSQL's own stop and promotion included,
+# which move with the host) is printed.  The old primary then rejoins as a standby of the new one (no
 # pg_rewind: it stopped cleanly) and the switchover goes back the same way.
 # At the end every acked order is on the last primary with its user, no
 # user holds two active orders, nothing is oversold, and Redis agrees with
@@ -38,7 +39,7 @@ finish() { done_testing_with_logs 25 "$work"/*.log; }
 ports_free SECKILL_SWITCHOVER_PORT "$a_port" "$b_port" "$c_port" "$d_port"
 
 buyers=500000
-gap_limit_ms=2000
+ready_limit_ms=1000
 
 primary a "$a_port"
 ok "[ $? -eq 0 ]" "a primary of our own on port $a_port, Redis prefix $prefix" || finish
@@ -77,7 +78,7 @@ last_checkpoint() {
 # switchover from from_port to to_port: the clean switchover, its checks; sets
 # switch_gap (ms)
 switchover() {
-	local from=$1 from_port=$2 to=$3 to_port=$4 stop_ms line end_lsn received promoted_ms log_line
+	local from=$1 from_port=$2 to=$3 to_port=$4 stop_ms line end_lsn received promoted_ms ready_ms log_line
 	val "$from_port" "CHECKPOINT"
 	line=$(wc -l <"$work/sw.answers")
 	stop_ms=$(now_ms)
@@ -94,11 +95,12 @@ switchover() {
 	seckill_wait_for "[ \$(oks_after '$work/sw.answers' $line) -ge 2000 ]" 60
 	ok "[ $? -eq 0 ]" "$from -> $to: the clients buy on from $to" || finish
 	switch_gap=$(gap $((stop_ms - 1000)) "$(now_ms)")
+	ready_ms=$(awk -v p="$promoted_ms" '$2 == "ok" && $4 >= p { print $4 - p }' "$work/sw.answers" | sort -n | head -1)
 	diag "$from -> $to: stopped $from and promoted $to in $((promoted_ms - stop_ms)) ms;" \
-		"  the longest time without an ok: $switch_gap ms; answers since the stop:" \
-		"  $(tail -n +"$((line + 1))" "$work/sw.answers" | statuses /dev/stdin)"
-	ok "[ $switch_gap -le $gap_limit_ms ]" \
-		"$from -> $to: the longest time without an ok is $switch_gap ms (at most $gap_limit_ms) for a campaign of $buyers buyers"
+		"  the first ok $ready_ms ms after the promotion, the longest time without an ok $switch_gap ms;" \
+		"  answers since the stop: $(tail -n +"$((line + 1))" "$work/sw.answers" | statuses /dev/stdin)"
+	ok "[ $ready_ms -le $ready_limit_ms ]" \
+		"$from -> $to: the first ok came $ready_ms ms after $to was promoted (at most $ready_limit_ms) for a campaign of $buyers buyers"
 	tail -n +"$((log_line + 1))" "$work/$to.log" >"$work/$to-promoted.out"
 	grep -q "found campaign $cid in Redis as PostgreSQL has it after the take-over" "$work/$to-promoted.out"
 	ok "[ $? -eq 0 ]" "$from -> $to: $to found the campaign in Redis as PostgreSQL has it"

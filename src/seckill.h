@@ -140,9 +140,9 @@ typedef enum SeckillRedisEpochLost
 extern int	seckill_redis_epoch_lost;
 
 /*
- * For fault tests: where the worker dies on purpose (seckill.crash_point, a
- * superuser's setting), in a build made with CRASH_POINTS=1 only, as
- * PostgreSQL's injection points.
+ * For fault tests: where the worker (or a caller) dies on purpose
+ * (seckill.crash_point, a superuser's setting), in a build made with
+ * CRASH_POINTS=1 only, as PostgreSQL's injection points.
  */
 typedef enum SeckillCrashPoint
 {
@@ -150,8 +150,10 @@ typedef enum SeckillCrashPoint
 	SK_CRASH_AFTER_RESERVE,		/* Redis reserved, nothing committed */
 	SK_CRASH_AFTER_COMMIT,		/* committed, journal not settled, nobody woken */
 	SK_CRASH_BEFORE_WAKE,		/* committed and settled, nobody woken */
-	SK_CRASH_OVERLAPPED			/* a round committed while the next one's
+	SK_CRASH_OVERLAPPED,		/* a round committed while the next one's
 								 * reservations are in Redis, nobody woken */
+	SK_CRASH_BEFORE_LEADER_FLUSH	/* a caller woken to flush for its round
+									 * exits before it flushes */
 } SeckillCrashPoint;
 
 #ifdef SECKILL_CRASH_POINTS

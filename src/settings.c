@@ -9,6 +9,7 @@
 
 #include <limits.h>
 
+#include "miscadmin.h"
 #include "storage/ipc.h"
 #include "utils/guc.h"
 
@@ -98,21 +99,22 @@ static const struct config_enum_entry crash_points[] = {
 	{"after_commit", SK_CRASH_AFTER_COMMIT, false},
 	{"before_wake", SK_CRASH_BEFORE_WAKE, false},
 	{"overlapped", SK_CRASH_OVERLAPPED, false},
+	{"before_leader_flush", SK_CRASH_BEFORE_LEADER_FLUSH, false},
 	{NULL, 0, false}
 };
 
 /*
  * Die here if the fault tests asked for it: the worker exits as after a
  * fatal error, and the postmaster starts a new one, which must settle
- * whatever this one left.
+ * whatever this one left; a caller's session ends.
  */
 void
 seckill_crash_if(SeckillCrashPoint point)
 {
 	if (seckill_crash_point == point)
 	{
-		ereport(LOG, (errmsg("seckill worker stops at crash point \"%s\" (seckill.crash_point)",
-							 crash_points[point].name)));
+		ereport(LOG, (errmsg("seckill %s stops at crash point \"%s\" (seckill.crash_point)",
+							 IsBackgroundWorker ? "worker" : "caller", crash_points[point].name)));
 		proc_exit(1);
 	}
 }
@@ -258,7 +260,7 @@ seckill_define_gucs(void)
 							   PGC_POSTMASTER, 0, check_redlock_nodes, NULL, NULL);
 #ifdef SECKILL_CRASH_POINTS
 	DefineCustomEnumVariable("seckill.crash_point",
-							 "Makes the worker stop at a point of a round, for fault tests.",
+							 "Makes the worker (or a caller) stop at a point of a round, for fault tests.",
 							 "Never set it in production: every round would stop there.",
 							 &seckill_crash_point, SK_CRASH_NONE, crash_points,
 							 PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);

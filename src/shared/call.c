@@ -3,11 +3,17 @@
  * call.c
  *		The call transport: a backend puts its request in its own slot,
  *		queues it and sets the worker's latch; the worker drains the queue
- *		in rounds and answers each slot, setting its caller's latch.
+ *		in rounds and answers each slot, waking its caller.
  *
  *-------------------------------------------------------------------------
  */
 #include "shared/call.h"
+
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "access/xlog.h"
 #include "lib/stringinfo.h"
@@ -16,6 +22,7 @@
 #include "shared/shmem.h"
 #include "storage/backendid.h"
 #include "storage/ipc.h"
+#include "storage/pmsignal.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "storage/shmem.h"
@@ -89,6 +96,8 @@ calls_init(void *base, bool found, LWLockPadded *lwlocks)
 	for (int i = 0; i < seckill_slot_count(); i++)
 	{
 		SpinLockInit(&seckill_slots[i].mutex);
+		pg_atomic_init_u32(&seckill_slots[i].answers, 0);
+		pg_atomic_init_u32(&seckill_slots[i].sleeping, 0);
 		seckill_slots[i].state = SLOT_FREE;
 	}
 }
@@ -346,6 +355,158 @@ claim_slot(const SeckillRequest *request, TimestampTz deadline, uint64 *seq)
 }
 
 /*
+ * The caller's sleep until its slot is answered.  On Linux it sleeps on the
+ * slot's futex word, which the worker bumps and wakes: a system call on each
+ * side, where a latch costs the worker a kill() and the caller an epoll wake
+ * and a signalfd read for every answer.  A signal does not cut a futex wait
+ * short (PostgreSQL's handlers restart system calls), so the sleep is cut
+ * into slices of WAIT_SLICE_MS: a cancel, a statement_timeout or the
+ * postmaster's death is seen within one.  Elsewhere the caller sleeps on its
+ * latch.
+ */
+#define WAIT_SLICE_MS 10
+
+static void
+answer_wait(SeckillSlot *slot, uint32 answers, long timeout_ms)
+{
+#ifdef __linux__
+	struct timespec slice;
+
+	timeout_ms = Min(timeout_ms, WAIT_SLICE_MS);
+	slice.tv_sec = timeout_ms / 1000;
+	slice.tv_nsec = (timeout_ms % 1000) * 1000000L;
+	pgstat_report_wait_start(PG_WAIT_EXTENSION);
+	/* a full barrier: either the worker sees us asleep or we see its bump */
+	(void) pg_atomic_exchange_u32(&slot->sleeping, 1);
+	(void) syscall(SYS_futex, &slot->answers.value, FUTEX_WAIT, answers, &slice, NULL, 0);
+	pg_atomic_write_u32(&slot->sleeping, 0);
+	pgstat_report_wait_end();
+	if (!PostmasterIsAlive())
+		proc_exit(1);
+#else
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 timeout_ms, PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+#endif
+}
+
+/* Wake the caller of a slot answered (after its mutex). */
+static void
+answer_wake(SeckillSlot *slot)
+{
+	(void) pg_atomic_fetch_add_u32(&slot->answers, 1);
+#ifdef __linux__
+	if (pg_atomic_read_u32(&slot->sleeping) != 0)
+		(void) syscall(SYS_futex, &slot->answers.value, FUTEX_WAKE, 1, NULL, NULL, 0);
+#else
+	{
+		Latch	   *latch = slot->latch;
+
+		if (latch)
+			SetLatch(latch);
+	}
+#endif
+}
+
+/*
+ * Answers of orders committed and not flushed yet (reply.flush_lsn set)
+ * are chained by the worker, in the order given, instead of woken one by
+ * one.  It wakes the first of a chain, the leader, after a commit stage:
+ * the leader flushes the WAL and wakes the others.  One caller queues for
+ * WALWriteLock and the others sleep once, where each flushed in turn; the
+ * worker wakes one caller a round.  A caller that finds its answer and no
+ * leader's wake within a slice flushes for itself: every caller still
+ * flushes its order before it says ok, and a leader cancelled, killed or
+ * late delays the others by a slice at most.  The chain is the worker's.
+ */
+static int	chain_head = -1;
+static uint64 chain_head_seq;
+static int	chain_tail = -1;
+static uint64 chain_tail_seq;
+
+/* Worker: chain a slot just answered with an order to flush. */
+static void
+flush_chain_add(int index, uint64 seq)
+{
+	bool		linked = false;
+
+	if (chain_head < 0)
+	{
+		chain_head = index;
+		chain_head_seq = seq;
+		linked = true;
+	}
+	else
+	{
+		SeckillSlot *tail = &seckill_slots[chain_tail];
+
+		SpinLockAcquire(&tail->mutex);
+		if (tail->seq == chain_tail_seq)
+		{
+			tail->flush_next = index;
+			tail->flush_next_seq = seq;
+			linked = true;
+		}
+		SpinLockRelease(&tail->mutex);
+	}
+	if (!linked)
+	{
+		/* the tail's caller went on alone: this caller flushes alone too */
+		answer_wake(&seckill_slots[index]);
+		return;
+	}
+	chain_tail = index;
+	chain_tail_seq = seq;
+}
+
+/* Worker: the answers chained so far are all given; wake their leader. */
+void
+seckill_flush_leader_wake(void)
+{
+	SeckillSlot *slot;
+
+	if (chain_head < 0)
+		return;
+	slot = &seckill_slots[chain_head];
+	SpinLockAcquire(&slot->mutex);
+	if (slot->seq == chain_head_seq)
+		slot->leads = true;
+	SpinLockRelease(&slot->mutex);
+	answer_wake(slot);
+	chain_head = chain_tail = -1;
+}
+
+/* Leader: its WAL flushed, wake the rest of its chain. */
+static void
+flush_chain_wake(int next, uint64 next_seq)
+{
+	while (next >= 0)
+	{
+		SeckillSlot *slot = &seckill_slots[next];
+		bool		same = false;
+
+		SpinLockAcquire(&slot->mutex);
+		if (slot->seq == next_seq)
+		{
+			next = slot->flush_next;
+			next_seq = slot->flush_next_seq;
+			same = true;
+		}
+		SpinLockRelease(&slot->mutex);
+		/* a slot asked anew: its caller, and those after it, went on alone */
+		if (!same)
+			return;
+		answer_wake(slot);
+	}
+}
+
+static bool
+flushed(XLogRecPtr lsn)
+{
+	return lsn == InvalidXLogRecPtr || lsn <= GetFlushRecPtr(NULL);
+}
+
+/*
  * Hand a request to the worker and wait for its reply, at most
  * seckill.request_timeout.  Cancel-safe: on any error the slot is abandoned
  * and the worker finishes or drops the request on its own.  A request made
@@ -360,6 +521,9 @@ seckill_call(const SeckillRequest *request)
 	uint64		seq;
 	SeckillReply reply;
 	Latch	   *worker_latch;
+	bool		leads = false;
+	int			next = -1;
+	uint64		next_seq = 0;
 
 	seckill_check_database();
 	if (RecoveryInProgress())
@@ -395,28 +559,40 @@ seckill_call(const SeckillRequest *request)
 
 	PG_TRY();
 	{
+		bool		waited_for_flush = false;
+
 		for (;;)
 		{
 			bool		done = false;
+			uint32		answers = pg_atomic_read_u32(&slot->answers);
 
 			SpinLockAcquire(&slot->mutex);
 			if (slot->state == SLOT_DONE && slot->seq == seq)
 			{
 				reply = slot->reply;
-				slot->state = SLOT_FREE;
+				leads = slot->leads;
+				next = slot->flush_next;
+				next_seq = slot->flush_next_seq;
 				done = true;
 			}
 			SpinLockRelease(&slot->mutex);
-			if (done)
+			/* answered: read, unless its leader's wake is to be waited for */
+			if (done && (leads || waited_for_flush || flushed(reply.flush_lsn)))
+			{
+				SpinLockAcquire(&slot->mutex);
+				if (slot->state == SLOT_DONE && slot->seq == seq)
+					slot->state = SLOT_FREE;
+				SpinLockRelease(&slot->mutex);
 				break;
-			if (ms_until(deadline) == 0)
+			}
+			/* (an answer there never times out) */
+			waited_for_flush = done;
+			if (!done && ms_until(deadline) == 0)
 			{
 				slot_abandon(slot, seq);
 				request_timed_out(request);
 			}
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 ms_until(deadline), PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
+			answer_wait(slot, answers, done ? WAIT_SLICE_MS : ms_until(deadline));
 			CHECK_FOR_INTERRUPTS();
 		}
 	}
@@ -428,8 +604,12 @@ seckill_call(const SeckillRequest *request)
 	PG_END_TRY();
 
 	/* an order committed without a flush is told only once it is durable */
+	if (leads)
+		seckill_crash_if(SK_CRASH_BEFORE_LEADER_FLUSH);
 	if (reply.flush_lsn != InvalidXLogRecPtr)
 		XLogFlush(reply.flush_lsn);
+	if (leads)
+		flush_chain_wake(next, next_seq);
 	return reply;
 }
 
@@ -532,6 +712,8 @@ seckill_slot_reply(int index, uint64 seq, const SeckillReply *reply)
 		{
 			slot->reply = *reply;
 			slot->state = SLOT_DONE;
+			slot->leads = false;
+			slot->flush_next = -1;
 			delivered = true;
 		}
 		else if (slot->state == SLOT_ABANDONED)
@@ -539,8 +721,12 @@ seckill_slot_reply(int index, uint64 seq, const SeckillReply *reply)
 		latch = slot->latch;
 	}
 	SpinLockRelease(&slot->mutex);
-	if (latch)
-		SetLatch(latch);
+	if (delivered && reply->flush_lsn != InvalidXLogRecPtr)
+		flush_chain_add(index, seq);
+	else if (delivered)
+		answer_wake(slot);
+	else if (latch)
+		SetLatch(latch);		/* a slot freed: for a caller in claim_slot */
 	return delivered;
 }
 
@@ -581,6 +767,7 @@ seckill_fail_taken_slots(const char *why, int sqlerrcode)
 	{
 		SeckillSlot *slot = &seckill_slots[i];
 		Latch	   *latch = NULL;
+		bool		answered = false;
 
 		SpinLockAcquire(&slot->mutex);
 		if (slot->state == SLOT_TAKEN)
@@ -590,6 +777,7 @@ seckill_fail_taken_slots(const char *why, int sqlerrcode)
 			slot->reply.sqlerrcode = sqlerrcode;
 			strlcpy(slot->reply.message, why, sizeof(slot->reply.message));
 			slot->state = SLOT_DONE;
+			answered = true;
 			latch = slot->latch;
 		}
 		else if (slot->state == SLOT_ABANDONED && !slot->queued)
@@ -598,7 +786,9 @@ seckill_fail_taken_slots(const char *why, int sqlerrcode)
 			latch = slot->latch;
 		}
 		SpinLockRelease(&slot->mutex);
-		if (latch)
+		if (answered)
+			answer_wake(slot);
+		else if (latch)
 			SetLatch(latch);
 	}
 }

@@ -8,7 +8,7 @@
  * makes a request in whichever is free: a request given up on, still with
  * the worker, delays nobody's next one.  A request moves
  * FREE -> PENDING (queued) -> TAKEN (in a worker round) -> DONE (reply
- * written, caller's latch set) -> FREE (caller read it).  A caller that gives
+ * written, caller woken) -> FREE (caller read it).  A caller that gives
  * up (timeout, cancel, exit) marks the slot ABANDONED; the worker then drops
  * it if it had not started it, or finishes it and frees the slot.
  *
@@ -20,6 +20,7 @@
 #include "seckill.h"
 
 #include "access/xlogdefs.h"
+#include "port/atomics.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/spin.h"
@@ -103,7 +104,13 @@ typedef struct SeckillSlot
 	SeckillSlotState state;
 	bool		queued;			/* its index is in the queue */
 	uint64		seq;			/* bumped by every new request */
-	Latch	   *latch;			/* the caller's, set when DONE */
+	Latch	   *latch;			/* the caller's, set when a slot frees */
+	pg_atomic_uint32 answers;	/* bumped when DONE; its caller sleeps on it */
+	pg_atomic_uint32 sleeping;	/* its caller sleeps on answers */
+	/* an answer to flush (reply.flush_lsn set): see seckill_flush_leader_wake */
+	bool		leads;			/* its caller flushes, then wakes the chain */
+	int			flush_next;		/* the next slot of its chain, or -1 */
+	uint64		flush_next_seq; /* the seq of that slot's answered request */
 	uint32		lock_wait;		/* hash of the lock its caller waits for, or 0 */
 	int			caller_pid;		/* of the backend that made the request */
 	TimestampTz abandoned_at;	/* when its caller gave up on it */
@@ -143,6 +150,7 @@ extern bool seckill_queue_empty(void);
 extern bool seckill_slot_take(int slot, SeckillRequest *request, uint64 *seq);
 extern bool seckill_slot_reply(int slot, uint64 seq, const SeckillReply *reply);
 extern bool seckill_slot_given_up(int slot, uint64 seq);
+extern void seckill_flush_leader_wake(void);
 extern void seckill_fail_taken_slots(const char *why, int sqlerrcode);
 extern void seckill_reply_error(SeckillReply *reply, SeckillStatus status, const char *fmt,...) pg_attribute_printf(3, 4);
 

@@ -551,6 +551,8 @@ commit_stage(void)
 		reply_duplicate(&stage_dups[i].reply, &dup_orders[i]);
 		sk_answer(&stage_dups[i]);
 	}
+	/* one of them flushes the WAL and wakes the others */
+	seckill_flush_leader_wake();
 }
 
 static void

@@ -166,6 +166,7 @@ serve_round(int nitems, int nbuys)
 		if (items[i].request.kind != SK_REQ_BUY && items[i].request.kind != SK_REQ_LOCK &&
 			items[i].request.kind != SK_REQ_UNLOCK)
 			sk_pacing_serve_or_hold(&items[i]);
+	seckill_flush_leader_wake();
 }
 
 /*
@@ -515,6 +516,8 @@ seckill_worker_main(Datum main_arg)
 		}
 		MemoryContextReset(round_cxt);
 		MemoryContextSwitchTo(round_cxt);
+		/* answers chained by a round an error cut short */
+		seckill_flush_leader_wake();
 
 		kept_due = between_rounds();
 

@@ -123,12 +123,14 @@ seckill_reply_error(SeckillReply *reply, SeckillStatus status, const char *fmt,.
 
 /*
  * Give up on the request with this sequence number, if it is still ours.
- * Returns the reply's slot to FREE when the answer had already arrived.
+ * Returns the reply's slot to FREE when the answer had already arrived,
+ * unless keep_answer: then it stays to be read, and the result is false.
  */
-static void
-slot_abandon(SeckillSlot *slot, uint64 seq)
+static bool
+slot_abandon(SeckillSlot *slot, uint64 seq, bool keep_answer)
 {
 	TimestampTz now = GetCurrentTimestamp();
+	bool		abandoned = true;
 
 	SpinLockAcquire(&slot->mutex);
 	if (slot->seq == seq)
@@ -138,10 +140,13 @@ slot_abandon(SeckillSlot *slot, uint64 seq)
 			slot->state = SLOT_ABANDONED;
 			slot->abandoned_at = now;
 		}
+		else if (slot->state == SLOT_DONE && keep_answer)
+			abandoned = false;
 		else if (slot->state == SLOT_DONE)
 			slot->state = SLOT_FREE;
 	}
 	SpinLockRelease(&slot->mutex);
+	return abandoned;
 }
 
 static void
@@ -155,7 +160,7 @@ backend_exit(int code, Datum arg)
 		SpinLockAcquire(&slot->mutex);
 		seq = slot->seq;
 		SpinLockRelease(&slot->mutex);
-		slot_abandon(slot, seq);
+		(void) slot_abandon(slot, seq, false);
 	}
 }
 
@@ -335,6 +340,7 @@ claim_slot(const SeckillRequest *request, TimestampTz deadline, uint64 *seq)
 			{
 				s->state = SLOT_PENDING;
 				s->queued = true;
+				s->leads = false;
 				*seq = ++s->seq;
 				s->latch = MyLatch;
 				s->caller_pid = MyProcPid;
@@ -362,7 +368,7 @@ claim_slot(const SeckillRequest *request, TimestampTz deadline, uint64 *seq)
  * short (PostgreSQL's handlers restart system calls), so the sleep is cut
  * into slices of WAIT_SLICE_MS: a cancel, a statement_timeout or the
  * postmaster's death is seen within one.  Elsewhere the caller sleeps on its
- * latch.
+ * latch, in the same slices.
  */
 #define WAIT_SLICE_MS 10
 
@@ -371,8 +377,10 @@ answer_wait(SeckillSlot *slot, uint32 answers, long timeout_ms)
 {
 #ifdef __linux__
 	struct timespec slice;
+#endif
 
 	timeout_ms = Min(timeout_ms, WAIT_SLICE_MS);
+#ifdef __linux__
 	slice.tv_sec = timeout_ms / 1000;
 	slice.tv_nsec = (timeout_ms % 1000) * 1000000L;
 	pgstat_report_wait_start(PG_WAIT_EXTENSION);
@@ -441,7 +449,7 @@ flush_chain_add(int index, uint64 seq)
 		SeckillSlot *tail = &seckill_slots[chain_tail];
 
 		SpinLockAcquire(&tail->mutex);
-		if (tail->seq == chain_tail_seq)
+		if (tail->flush_seq == chain_tail_seq)
 		{
 			tail->flush_next = index;
 			tail->flush_next_seq = seq;
@@ -451,7 +459,7 @@ flush_chain_add(int index, uint64 seq)
 	}
 	if (!linked)
 	{
-		/* the tail's caller went on alone: this caller flushes alone too */
+		/* (the tail answered anew meanwhile): this caller flushes alone */
 		answer_wake(&seckill_slots[index]);
 		return;
 	}
@@ -459,45 +467,72 @@ flush_chain_add(int index, uint64 seq)
 	chain_tail_seq = seq;
 }
 
-/* Worker: the answers chained so far are all given; wake their leader. */
+/*
+ * Leader: its WAL flushed, wake the rest of its chain.  A link holds until
+ * the worker answers its slot anew; a caller that went on alone (it found
+ * its commit flushed) is not woken, those after it are.  The worker wakes
+ * a chain without a leader: alone, each of them flushes for itself.
+ */
+static void
+flush_chain_wake(int next, uint64 next_seq, bool alone)
+{
+	while (next >= 0)
+	{
+		SeckillSlot *slot = &seckill_slots[next];
+		bool		linked = false;
+		bool		waiting = false;
+
+		SpinLockAcquire(&slot->mutex);
+		if (slot->flush_seq == next_seq)
+		{
+			waiting = slot->seq == next_seq && slot->state == SLOT_DONE;
+			next = slot->flush_next;
+			next_seq = slot->flush_next_seq;
+			linked = true;
+			if (waiting && alone)
+			{
+				slot->leads = true;
+				slot->flush_next = -1;
+			}
+		}
+		SpinLockRelease(&slot->mutex);
+		if (!linked)
+			return;
+		if (waiting)
+			answer_wake(slot);
+	}
+}
+
+/*
+ * Worker: the answers chained so far are all given; wake their leader.  A
+ * first caller gone already (it found its commit flushed, or gave up)
+ * leads nobody: the worker wakes the others itself.
+ */
 void
 seckill_flush_leader_wake(void)
 {
 	SeckillSlot *slot;
+	bool		leads = false;
+	int			next = -1;
+	uint64		next_seq = 0;
 
 	if (chain_head < 0)
 		return;
 	slot = &seckill_slots[chain_head];
 	SpinLockAcquire(&slot->mutex);
-	if (slot->seq == chain_head_seq)
-		slot->leads = true;
-	SpinLockRelease(&slot->mutex);
-	answer_wake(slot);
-	chain_head = chain_tail = -1;
-}
-
-/* Leader: its WAL flushed, wake the rest of its chain. */
-static void
-flush_chain_wake(int next, uint64 next_seq)
-{
-	while (next >= 0)
+	if (slot->seq == chain_head_seq && slot->state == SLOT_DONE)
+		slot->leads = leads = true;
+	else if (slot->flush_seq == chain_head_seq)
 	{
-		SeckillSlot *slot = &seckill_slots[next];
-		bool		same = false;
-
-		SpinLockAcquire(&slot->mutex);
-		if (slot->seq == next_seq)
-		{
-			next = slot->flush_next;
-			next_seq = slot->flush_next_seq;
-			same = true;
-		}
-		SpinLockRelease(&slot->mutex);
-		/* a slot asked anew: its caller, and those after it, went on alone */
-		if (!same)
-			return;
-		answer_wake(slot);
+		next = slot->flush_next;
+		next_seq = slot->flush_next_seq;
 	}
+	SpinLockRelease(&slot->mutex);
+	chain_head = chain_tail = -1;
+	if (leads)
+		answer_wake(slot);
+	else
+		flush_chain_wake(next, next_seq, true);
 }
 
 static bool
@@ -566,6 +601,7 @@ seckill_call(const SeckillRequest *request)
 			bool		done = false;
 			uint32		answers = pg_atomic_read_u32(&slot->answers);
 
+			pg_read_barrier();	/* the count before the state it may wake for */
 			SpinLockAcquire(&slot->mutex);
 			if (slot->state == SLOT_DONE && slot->seq == seq)
 			{
@@ -585,20 +621,22 @@ seckill_call(const SeckillRequest *request)
 				SpinLockRelease(&slot->mutex);
 				break;
 			}
-			/* (an answer there never times out) */
+			/* an answer there is never given up: no timeout, no cancel */
 			waited_for_flush = done;
 			if (!done && ms_until(deadline) == 0)
 			{
-				slot_abandon(slot, seq);
-				request_timed_out(request);
+				if (slot_abandon(slot, seq, true))
+					request_timed_out(request);
+				continue;		/* answered meanwhile */
 			}
 			answer_wait(slot, answers, done ? WAIT_SLICE_MS : ms_until(deadline));
-			CHECK_FOR_INTERRUPTS();
+			if (!done)
+				CHECK_FOR_INTERRUPTS();
 		}
 	}
 	PG_CATCH();
 	{
-		slot_abandon(slot, seq);
+		(void) slot_abandon(slot, seq, false);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -609,7 +647,7 @@ seckill_call(const SeckillRequest *request)
 	if (reply.flush_lsn != InvalidXLogRecPtr)
 		XLogFlush(reply.flush_lsn);
 	if (leads)
-		flush_chain_wake(next, next_seq);
+		flush_chain_wake(next, next_seq, false);
 	return reply;
 }
 
@@ -713,6 +751,7 @@ seckill_slot_reply(int index, uint64 seq, const SeckillReply *reply)
 			slot->reply = *reply;
 			slot->state = SLOT_DONE;
 			slot->leads = false;
+			slot->flush_seq = seq;
 			slot->flush_next = -1;
 			delivered = true;
 		}
@@ -777,6 +816,8 @@ seckill_fail_taken_slots(const char *why, int sqlerrcode)
 			slot->reply.sqlerrcode = sqlerrcode;
 			strlcpy(slot->reply.message, why, sizeof(slot->reply.message));
 			slot->state = SLOT_DONE;
+			slot->leads = false;
+			slot->flush_next = -1;
 			answered = true;
 			latch = slot->latch;
 		}

@@ -109,8 +109,9 @@ typedef struct SeckillSlot
 	pg_atomic_uint32 sleeping;	/* its caller sleeps on answers */
 	/* an answer to flush (reply.flush_lsn set): see seckill_flush_leader_wake */
 	bool		leads;			/* its caller flushes, then wakes the chain */
+	uint64		flush_seq;		/* the seq of the answer flush_next follows */
 	int			flush_next;		/* the next slot of its chain, or -1 */
-	uint64		flush_next_seq; /* the seq of that slot's answered request */
+	uint64		flush_next_seq; /* the seq of that slot's answer */
 	uint32		lock_wait;		/* hash of the lock its caller waits for, or 0 */
 	int			caller_pid;		/* of the backend that made the request */
 	TimestampTz abandoned_at;	/* when its caller gave up on it */

@@ -104,7 +104,7 @@ typedef struct SeckillSlot
 	SeckillSlotState state;
 	bool		queued;			/* its index is in the queue */
 	uint64		seq;			/* bumped by every new request */
-	Latch	   *latch;			/* the caller's, set when a slot frees */
+	Latch	   *latch;			/* the caller's: a slot freed, a lock it waits for */
 	pg_atomic_uint32 answers;	/* bumped when DONE; its caller sleeps on it */
 	pg_atomic_uint32 sleeping;	/* its caller sleeps on answers */
 	/* an answer to flush (reply.flush_lsn set): see seckill_flush_leader_wake */

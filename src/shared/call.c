@@ -375,22 +375,20 @@ claim_slot(const SeckillRequest *request, TimestampTz deadline, uint64 *seq)
 static void
 answer_wait(SeckillSlot *slot, uint32 answers, long timeout_ms)
 {
-#ifdef __linux__
-	struct timespec slice;
-#endif
-
 	timeout_ms = Min(timeout_ms, WAIT_SLICE_MS);
 #ifdef __linux__
-	slice.tv_sec = timeout_ms / 1000;
-	slice.tv_nsec = (timeout_ms % 1000) * 1000000L;
-	pgstat_report_wait_start(PG_WAIT_EXTENSION);
-	/* a full barrier: either the worker sees us asleep or we see its bump */
-	(void) pg_atomic_exchange_u32(&slot->sleeping, 1);
-	(void) syscall(SYS_futex, &slot->answers.value, FUTEX_WAIT, answers, &slice, NULL, 0);
-	pg_atomic_write_u32(&slot->sleeping, 0);
-	pgstat_report_wait_end();
-	if (!PostmasterIsAlive())
-		proc_exit(1);
+	{
+		struct timespec slice = {0, timeout_ms * 1000000L};
+
+		pgstat_report_wait_start(PG_WAIT_EXTENSION);
+		/* a full barrier: either the worker sees us asleep or we see its bump */
+		(void) pg_atomic_exchange_u32(&slot->sleeping, 1);
+		(void) syscall(SYS_futex, &slot->answers.value, FUTEX_WAIT, answers, &slice, NULL, 0);
+		pg_atomic_write_u32(&slot->sleeping, 0);
+		pgstat_report_wait_end();
+		if (!PostmasterIsAlive())
+			proc_exit(1);
+	}
 #else
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					 timeout_ms, PG_WAIT_EXTENSION);

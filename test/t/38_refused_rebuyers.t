@@ -31,10 +31,15 @@ is "$(psql_val "SELECT count(*) FILTER (WHERE status = 'cancelled') || '/' || co
 	FROM seckill.orders WHERE campaign_id = $cid")" 5/20 "20 sold, 5 of them cancelled"
 is "$(refused)" "5 duplicate " "the cancelled buyers are refused"
 
+# the audit (once a second) would find the campaign gone and rebuild it
+# before the purchase below could: off while the purchase is to find it gone
+trap 'psql -XAtq -c "ALTER SYSTEM RESET seckill.audit_interval" -c "SELECT pg_reload_conf()" >/dev/null 2>&1' EXIT
+seckill_configure "SET seckill.audit_interval = 0"
 seckill_redis_cli DEL "$prefix:{c:$cid}:meta" "$prefix:{c:$cid}:buyers" >/dev/null
 is "$(buy new-1)" busy "Redis lost the campaign: the next purchase starts its rebuild"
 seckill_wait_for "[ \"\$(buy new-1)\" = ok ]" 30
 ok "[ $? -eq 0 ]" "the campaign is rebuilt and sells again"
+seckill_configure "RESET seckill.audit_interval"
 is "$(refused)" "5 duplicate " "after the rebuild, the cancelled buyers are still refused"
 
 is "$(psql_val "SELECT seckill_preheat('$goods')")" 84 "preheated again: 100 less 16 orders"

@@ -9,7 +9,7 @@ set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
 
-trap 'psql -XAtq -c "ALTER SYSTEM RESET seckill.audit_interval" -c "SELECT pg_reload_conf()" >/dev/null 2>&1' EXIT
+trap 'seckill_configure "RESET seckill.audit_interval" >/dev/null 2>&1' EXIT
 seckill_configure "SET seckill.audit_interval = 0"
 
 goods=wrong-$(date +%s)-$$

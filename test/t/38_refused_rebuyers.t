@@ -9,8 +9,8 @@ set -uo pipefail
 . "$(dirname "$0")/tap.sh"
 
 redis_pid=$(cat "$SECKILL_TMP/redis.pid")
-trap 'kill -CONT "$redis_pid" 2>/dev/null; psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_unavailable" \
-	-c "SELECT pg_reload_conf()" >/dev/null 2>&1' EXIT
+trap 'kill -CONT "$redis_pid" 2>/dev/null
+	seckill_configure "RESET seckill.redis_unavailable" "RESET seckill.audit_interval" >/dev/null 2>&1' EXIT
 
 goods="kept-$(date +%s)-$$"
 prefix=$(psql_val "SHOW seckill.redis_prefix")
@@ -33,7 +33,6 @@ is "$(refused)" "5 duplicate " "the cancelled buyers are refused"
 
 # the audit (once a second) would find the campaign gone and rebuild it
 # before the purchase below could: off while the purchase is to find it gone
-trap 'psql -XAtq -c "ALTER SYSTEM RESET seckill.audit_interval" -c "SELECT pg_reload_conf()" >/dev/null 2>&1' EXIT
 seckill_configure "SET seckill.audit_interval = 0"
 seckill_redis_cli DEL "$prefix:{c:$cid}:meta" "$prefix:{c:$cid}:buyers" >/dev/null
 is "$(buy new-1)" busy "Redis lost the campaign: the next purchase starts its rebuild"

@@ -10,8 +10,8 @@ goods=auth-$(date +%s)-$$
 secret="S3cret-$RANDOM-$RANDOM"
 wrong="Wr0ng-$RANDOM-$RANDOM"
 log=$SECKILL_TMP/postgresql.log
-trap 'psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_user" -c "ALTER SYSTEM RESET seckill.redis_password_file" \
-	-c "SELECT pg_reload_conf()" >/dev/null 2>&1; seckill_redis_cli ACL DELUSER seckill >/dev/null 2>&1' EXIT
+trap 'seckill_configure "RESET seckill.redis_user" "RESET seckill.redis_password_file" >/dev/null 2>&1
+	seckill_redis_cli ACL DELUSER seckill >/dev/null 2>&1' EXIT
 
 # the ACL the README documents
 is "$(seckill_redis_cli ACL SETUSER seckill on ">$secret" resetkeys '~seckill:*' resetchannels '&seckill:*' -@all \

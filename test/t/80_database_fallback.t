@@ -11,7 +11,7 @@ set -uo pipefail
 . "$(dirname "$0")/sale.sh"
 
 log=$SECKILL_TMP/postgresql.log
-trap 'psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_unavailable" -c "SELECT pg_reload_conf()" >/dev/null 2>&1;
+trap 'seckill_configure "RESET seckill.redis_unavailable" >/dev/null 2>&1
 	seckill_redis_ready || seckill_redis_start' EXIT
 
 seckill_configure "SET seckill.redis_unavailable = 'database'"

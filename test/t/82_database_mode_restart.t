@@ -10,8 +10,8 @@ set -uo pipefail
 . "$(dirname "$0")/sale.sh"
 
 redis_pid=$(cat "$SECKILL_TMP/redis.pid")
-trap 'kill -CONT "$redis_pid" 2>/dev/null; psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_unavailable" \
-	-c "SELECT pg_reload_conf()" >/dev/null 2>&1' EXIT
+trap 'kill -CONT "$redis_pid" 2>/dev/null
+	seckill_configure "RESET seckill.redis_unavailable" >/dev/null 2>&1' EXIT
 
 seckill_configure "SET seckill.redis_unavailable = 'database'"
 ok "[ $? -eq 0 ]" "seckill.redis_unavailable = database"

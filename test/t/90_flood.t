@@ -10,8 +10,8 @@ set -uo pipefail
 . "$(dirname "$0")/sale.sh"
 
 redis_pid=$(cat "$SECKILL_TMP/redis.pid")
-trap 'kill -CONT "$redis_pid" 2>/dev/null; psql -XAtq -c "ALTER SYSTEM RESET seckill.max_queue" \
-	-c "SELECT pg_reload_conf()" >/dev/null 2>&1' EXIT
+trap 'kill -CONT "$redis_pid" 2>/dev/null
+	seckill_configure "RESET seckill.max_queue" >/dev/null 2>&1' EXIT
 
 seckill_configure "SET seckill.max_queue = 16"
 ok "[ $? -eq 0 ]" "seckill.max_queue = 16"

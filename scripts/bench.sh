@@ -206,8 +206,8 @@ counters() {
 # own times); what is left of the busy time is the callers' sessions, the
 # other PostgreSQL processes and the kernel's work for them.
 hz=$(getconf CLK_TCK)
-machine_ticks() { # busy idle stolen
-	awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8, $5 + $6, $9 }' /proc/stat
+machine_ticks() { # busy idle stolen context-switches
+	awk '$1 == "cpu" { t = $2 + $3 + $4 + $7 + $8 " " $5 + $6 " " $9 } $1 == "ctxt" { x = $2 } END { print t, x }' /proc/stat
 }
 process_ticks() { # user + system of a process; 0 once it is gone
 	awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0
@@ -216,27 +216,27 @@ redis_pid=$(cat "$SECKILL_TMP/redis.pid")
 
 # results: one line per cell: row sync clients tps p50 p99
 # cpu: one line per cell: row sync clients calls worker redis pgbench rest idle stolen
-# (seconds, the machine's summed over its cores)
+# (seconds, the machine's summed over its cores) switches (the machine's context switches)
 results=$out/cells.txt
 cpu=$out/cpu.txt
 : >"$results"
 : >"$cpu"
 cell() { # row sync clients script
-	local figures tps avg p50 p99 worker busy0 idle0 stolen0 worker0 redis0 busy1 idle1 stolen1 calls
+	local figures tps avg p50 p99 worker busy0 idle0 stolen0 switches0 worker0 redis0 busy1 idle1 stolen1 switches1 calls
 	worker=$(seckill_worker_pid)
-	read -r busy0 idle0 stolen0 <<<"$(machine_ticks)"
+	read -r busy0 idle0 stolen0 switches0 <<<"$(machine_ticks)"
 	worker0=$(process_ticks "$worker")
 	redis0=$(process_ticks "$redis_pid")
 	figures=$(seckill_pgbench "$work/$1-$2-$3" "$3" "$seconds" "$work/$4") ||
 		{ cat "$work/$1-$2-$3/pgbench.out" >&2; echo "seckill: pgbench failed for row $1" >&2; exit 1; }
-	read -r busy1 idle1 stolen1 <<<"$(machine_ticks)"
+	read -r busy1 idle1 stolen1 switches1 <<<"$(machine_ticks)"
 	read -r tps avg p50 p99 <<<"$figures"
 	echo "$1 $2 $3 $tps $p50 $p99" >>"$results"
 	calls=$(sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' "$work/$1-$2-$3/pgbench.out")
 	awk -v hz="$hz" -v cell="$1 $2 $3" -v calls="$calls" -v w="$(($(process_ticks "$worker") - worker0))" \
 		-v r="$(($(process_ticks "$redis_pid") - redis0))" -v b="$((busy1 - busy0))" \
-		-v i="$((idle1 - idle0))" -v s="$((stolen1 - stolen0))" '
-		{ p = $1 + $2; printf "%s %d %.2f %.2f %.2f %.2f %.2f %.2f\n", cell, calls, w / hz, r / hz, p, b / hz - w / hz - r / hz - p, i / hz, s / hz }' \
+		-v i="$((idle1 - idle0))" -v s="$((stolen1 - stolen0))" -v x="$((switches1 - switches0))" '
+		{ p = $1 + $2; printf "%s %d %.2f %.2f %.2f %.2f %.2f %.2f %d\n", cell, calls, w / hz, r / hz, p, b / hz - w / hz - r / hz - p, i / hz, s / hz, x }' \
 		"$work/$1-$2-$3/cpu" >>"$cpu"
 	printf '  row %s, synchronous_commit=%s, %3s clients: %8s calls/s, p50 %s ms, p99 %s ms\n' \
 		"$1" "$2" "$3" "$tps" "$p50" "$p99" >&2
@@ -516,13 +516,14 @@ purchases=$((p1 - p0))
 	echo "Where the CPU goes: µs of CPU per call in each cell (the worker's, Redis', pgbench's, and the rest:"
 	echo "the callers' sessions, the other PostgreSQL processes, the kernel), all of it in units of row 1's"
 	echo "(a SELECT 1) at as many clients, the share of the $(nproc) cores idle and stolen by the host, and the"
-	echo "calls/s the cell's mix would reach with every core busy:"
+	echo "calls/s the cell's mix would reach with every core busy; last, the machine's context switches per call"
+	echo "(on a virtual machine, each costs the more as the host intercepts it):"
 	echo
-	echo "| row | clients | calls/s | worker | Redis | pgbench | the rest | all | all, × row 1 | idle | stolen | calls/s, cores busy |"
-	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	echo "| row | clients | calls/s | worker | Redis | pgbench | the rest | all | all, × row 1 | idle | stolen | calls/s, cores busy | switches |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 	awk -v clients="$clients $bouncer_clients" -v rows="1 1s 1f 1g 1j 2 3 4 4r 4t 4s 4c 5 7a 7b 7c 7d 7e 7f 7g 7h 2p 4p" -v cores="$(nproc)" '
 		BEGIN { n = split(clients, cl, " "); nr = split(rows, row, " ") }
-		$2 == "on" { k = $1 " " $3; seen[k] = 1; calls[k] = $4; w[k] = $5; r[k] = $6; p[k] = $7; x[k] = $8; i[k] = $9; s[k] = $10 }
+		$2 == "on" { k = $1 " " $3; seen[k] = 1; calls[k] = $4; w[k] = $5; r[k] = $6; p[k] = $7; x[k] = $8; i[k] = $9; s[k] = $10; sw[k] = $11 }
 		END {
 			for (a = 1; a <= nr; a++)
 				for (b = 1; b <= n; b++) {
@@ -531,11 +532,11 @@ purchases=$((p1 - p0))
 					all = w[k] + r[k] + p[k] + x[k]; wall = all + i[k] + s[k]
 					one = "1 " cl[b]
 					unit = (one in seen && calls[one] > 0) ? (w[one] + r[one] + p[one] + x[one]) / calls[one] : 0
-					printf "| %s | %s | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %.0f %% | %.0f %% | %.0f |\n",
+					printf "| %s | %s | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %.0f %% | %.0f %% | %.0f | %.2f |\n",
 						row[a], cl[b], calls[k] * cores / wall, w[k] * 1e6 / calls[k], r[k] * 1e6 / calls[k],
 						p[k] * 1e6 / calls[k], x[k] * 1e6 / calls[k], all * 1e6 / calls[k],
 						(unit > 0 ? sprintf("%.2f", all / calls[k] / unit) : "–"),
-						100 * i[k] / wall, 100 * s[k] / wall, calls[k] * cores / all
+						100 * i[k] / wall, 100 * s[k] / wall, calls[k] * cores / all, sw[k] / calls[k]
 				}
 		}' "$cpu"
 	echo

@@ -22,6 +22,8 @@ ok "grep -q 'per 1,000 purchases' '$out/results.md'" "the worker's counters are 
 ok "grep -Eq '^\\| 4 \\| 8 \\| [0-9]+ \\| [0-9]*[1-9][0-9]*\\.[0-9] \\| [0-9]*[1-9][0-9]*\\.[0-9] \\|' '$out/results.md'" \
 	"the CPU of row 4 is accounted: the worker's and Redis' per call"
 ok "grep -Eq '^\\| 1 \\| 8 \\| [0-9]+ \\| 0\\.[0-9] \\|' '$out/results.md'" "the CPU of row 1 is accounted: under 1 µs of the worker's"
+ok "grep -Eq '^\\| 4 \\| 8 \\| .* \\| [0-9]*[1-9][0-9]*\\.[0-9]{2} \\|$' '$out/results.md'" \
+	"the context switches of row 4 are accounted: at least one a call"
 ok "grep -q '<svg' '$out/throughput.svg'" "the chart is drawn"
 diag "$(grep -E '^\| [0-9]' "$out/results.md" | cut -d'|' -f2-6)"
 done_testing

@@ -36,6 +36,12 @@ tap_result() {
 	fi
 }
 
+# A setting an earlier test left behind (an ALTER SYSTEM its exit did not
+# reset) would change what this one tests: named here, as a failure.
+tap_left=$(psql -XAtq -c "SELECT string_agg(name || ' = ' || setting, ', ' ORDER BY name)
+	FROM pg_file_settings WHERE sourcefile LIKE '%/postgresql.auto.conf'" 2>/dev/null)
+[ -z "$tap_left" ] || tap_result 0 "no setting left by an earlier test's ALTER SYSTEM: $tap_left"
+
 # ok 'shell condition' description
 ok() {
 	if eval "$1"; then

@@ -374,8 +374,7 @@ cluster_dir=$(mktemp -d -p "$SECKILL_TMP" bench-cluster.XXXXXX)
 chown postgres: "$cluster_dir"
 cluster_end() {
 	local rc=$?
-	psql_q -c "ALTER SYSTEM RESET seckill.redis_cluster" -c "ALTER SYSTEM RESET seckill.redis_port" \
-		-c "SELECT pg_reload_conf()" >/dev/null 2>&1
+	seckill_configure "RESET seckill.redis_cluster" "RESET seckill.redis_port" >/dev/null 2>&1
 	seckill_cluster_stop "$cluster_dir"
 	rm -rf "$cluster_dir"
 	return $rc

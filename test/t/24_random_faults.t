@@ -55,7 +55,7 @@ heal() {
 cleanup() {
 	[ -n "$client" ] && kill "$client" 2>/dev/null && wait "$client"
 	heal >/dev/null 2>&1
-	psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_port" -c "SELECT pg_reload_conf()" >/dev/null 2>&1
+	seckill_configure "RESET seckill.redis_port" >/dev/null 2>&1
 	[ -n "$relay" ] && relay_signal TERM
 	[ "${SECKILL_KEEP:-0}" = 1 ] || rm -rf "$work"
 }

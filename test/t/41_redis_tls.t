@@ -42,11 +42,11 @@ cleanup() {
 	for f in "$work"/*.pid; do [ -f "$f" ] && pids+=("$(cat "$f")"); done
 	[ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null &&
 		seckill_wait_for "! alive ${pids[*]}" 10
-	psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_tls" -c "ALTER SYSTEM RESET seckill.redis_tls_ca_file" \
-		-c "ALTER SYSTEM RESET seckill.redis_tls_cert_file" -c "ALTER SYSTEM RESET seckill.redis_tls_key_file" \
-		-c "ALTER SYSTEM RESET seckill.redis_tls_server_name" -c "ALTER SYSTEM RESET seckill.redis_port" \
-		-c "ALTER SYSTEM RESET seckill.redis_password_file" -c "ALTER SYSTEM RESET seckill.redis_cluster" -c "ALTER SYSTEM RESET seckill.redis_sentinels" \
-		-c "ALTER SYSTEM RESET seckill.redis_master_name" -c "SELECT pg_reload_conf()" >/dev/null 2>&1
+	seckill_configure "RESET seckill.redis_tls" "RESET seckill.redis_tls_ca_file" \
+		"RESET seckill.redis_tls_cert_file" "RESET seckill.redis_tls_key_file" \
+		"RESET seckill.redis_tls_server_name" "RESET seckill.redis_port" \
+		"RESET seckill.redis_password_file" "RESET seckill.redis_cluster" \
+		"RESET seckill.redis_sentinels" "RESET seckill.redis_master_name" >/dev/null 2>&1
 	[ "${SECKILL_KEEP:-0}" = 1 ] || rm -rf "$work"
 }
 trap cleanup EXIT

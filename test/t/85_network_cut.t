@@ -17,7 +17,7 @@ relay=
 relay_signal() { kill "-$1" "$relay" $(pgrep -P "$relay") 2>/dev/null; }
 cleanup() {
 	[ -n "$relay" ] && relay_signal CONT && relay_signal TERM
-	psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_port" -c "SELECT pg_reload_conf()" >/dev/null 2>&1
+	seckill_configure "RESET seckill.redis_port" >/dev/null 2>&1
 }
 trap cleanup EXIT
 count() { grep -c "$1" "$log" || true; }

@@ -21,8 +21,8 @@ work=$(mktemp -d)
 fake=
 cleanup() {
 	[ -n "$fake" ] && kill "$fake" 2>/dev/null
-	psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_port" -c "ALTER SYSTEM RESET seckill.redis_cluster" \
-		-c "ALTER SYSTEM RESET seckill.redis_timeout" -c "SELECT pg_reload_conf()" >/dev/null 2>&1
+	seckill_configure "RESET seckill.redis_port" "RESET seckill.redis_cluster" \
+		"RESET seckill.redis_timeout" >/dev/null 2>&1
 	rm -rf "$work"
 }
 trap cleanup EXIT

@@ -36,8 +36,7 @@ BYSTANDER=
 cleanup() {
 	[ -n "$CROWD" ] && kill "$CROWD" 2>/dev/null && wait "$CROWD"
 	[ -n "$BYSTANDER" ] && kill "$BYSTANDER" 2>/dev/null && wait "$BYSTANDER"
-	psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_cluster" -c "ALTER SYSTEM RESET seckill.redis_port" \
-		-c "SELECT pg_reload_conf()" >/dev/null 2>&1
+	seckill_configure "RESET seckill.redis_cluster" "RESET seckill.redis_port" >/dev/null 2>&1
 	seckill_cluster_stop "$work"
 	[ -n "$SALE_WORK" ] && rm -rf "$SALE_WORK"
 	[ "${SECKILL_KEEP:-0}" = 1 ] || rm -rf "$work"

@@ -52,10 +52,9 @@ stop() {
 }
 cleanup() {
 	[ -n "$CROWD" ] && kill "$CROWD" 2>/dev/null && wait "$CROWD"
-	psql -XAtq -c "ALTER SYSTEM RESET seckill.redis_sentinels" -c "ALTER SYSTEM RESET seckill.redis_master_name" \
-		-c "ALTER SYSTEM RESET seckill.redis_host" -c "ALTER SYSTEM RESET seckill.redis_port" \
-		-c "ALTER SYSTEM RESET seckill.redis_user" -c "ALTER SYSTEM RESET seckill.redis_password_file" \
-		-c "SELECT pg_reload_conf()" >/dev/null 2>&1
+	seckill_configure "RESET seckill.redis_sentinels" "RESET seckill.redis_master_name" \
+		"RESET seckill.redis_host" "RESET seckill.redis_port" "RESET seckill.redis_user" \
+		"RESET seckill.redis_password_file" >/dev/null 2>&1
 	# first the relay: a master does not shut down while a replica lags
 	[ -n "$relay" ] && relay_signal KILL
 	local dir

@@ -371,6 +371,8 @@ claim_slot(const SeckillRequest *request, TimestampTz deadline, uint64 *seq)
  * latch, in the same slices.
  */
 #define WAIT_SLICE_MS 10
+/* answer_wait's timespec holds a slice in tv_nsec alone */
+StaticAssertDecl(WAIT_SLICE_MS < 1000, "a wait slice is under a second");
 
 static void
 answer_wait(SeckillSlot *slot, uint32 answers, long timeout_ms)

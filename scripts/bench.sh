@@ -268,7 +268,8 @@ for c in $clients; do
 	cell 1g on "$c" storefront_fn.sql
 	cell 1j on "$c" storefront_json.sql
 done
-kill -INT "$sale" 2>/dev/null
+# TERM: a command started with & in a script ignores SIGINT
+kill -TERM "$sale" 2>/dev/null
 wait "$sale" || true
 for c in $clients; do
 	cell 7a on "$c" lock.sql
@@ -288,7 +289,7 @@ ulimit -n $((bouncer_clients + 2048)) 2>/dev/null ||
 	{ echo "seckill: the open files limit is below $((bouncer_clients + 2048)): raise it (ulimit -Hn)" >&2; exit 1; }
 bouncer_dir=$(mktemp -d -p "$SECKILL_TMP")
 # below 32768, the kernel's ephemeral ports: no client socket holds it
-bouncer_port=${SECKILL_BENCH_BOUNCER_PORT:-$((PGPORT % 10000 + 16000))}
+bouncer_port=${SECKILL_BENCH_BOUNCER_PORT:-$SECKILL_OWN_PORT}
 if (exec 3<>"/dev/tcp/127.0.0.1/$bouncer_port") 2>/dev/null; then
 	seckill_die "port $bouncer_port is in use (set SECKILL_BENCH_BOUNCER_PORT)"
 	exit 1
@@ -367,7 +368,7 @@ fi
 # --- row 4c: the sharded campaign on a Redis Cluster ----------------------------------
 # Three masters on ports below the ephemeral range; the other campaigns are
 # closed first, lest the worker rebuild them in the new Redis meanwhile.
-cluster_base=${SECKILL_BENCH_CLUSTER_PORT:-$((PGPORT % 10000 + 23000))}
+cluster_base=${SECKILL_BENCH_CLUSTER_PORT:-$((SECKILL_OWN_PORT + 20))}
 cluster_ports=("$cluster_base" $((cluster_base + 1)) $((cluster_base + 2)))
 # where postgres, who runs the nodes, may write
 cluster_dir=$(mktemp -d -p "$SECKILL_TMP" bench-cluster.XXXXXX)

@@ -117,11 +117,20 @@ seckill_redis_start() {
 	seckill_wait_for seckill_redis_ready 10
 }
 
+# seckill_running pid: the process runs (a daemon that exited stays a zombie
+# until the machine's init reaps it, which may take seconds)
+seckill_running() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	stat=${stat##*) }
+	[ "${stat%% *}" != Z ]
+}
+
 seckill_redis_stop() {
 	local pid
 	pid=$(cat "$SECKILL_TMP/redis.pid" 2>/dev/null) || return 0
 	seckill_redis_cli shutdown nosave >/dev/null 2>&1 || true
-	seckill_wait_for "! kill -0 $pid 2>/dev/null" 10 || kill -9 "$pid" 2>/dev/null || true
+	seckill_wait_for "! seckill_running $pid" 10 || kill -9 "$pid" 2>/dev/null || true
 	rm -f "$SECKILL_TMP/redis.pid"
 }
 
@@ -204,12 +213,73 @@ seckill_worker_pid() {
 		-c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'seckill worker'"
 }
 
-# seckill_start_servers [extra postgresql.conf lines...]
+# A pair of servers takes a slot: SECKILL_SLOT_PORTS ports from
+# SECKILL_PORT_BASE + slot * SECKILL_SLOT_PORTS (PostgreSQL on the first,
+# Redis on the second, the rest from SECKILL_OWN_PORT on for servers a test
+# starts of its own), below the ephemeral range.  A slot is held by a lock on
+# a file that every process started with the servers inherits: it is free
+# again once the servers and everything left of the run are gone, so runs
+# side by side (prove -j, or two clones) never share a port.
+SECKILL_PORT_BASE=${SECKILL_PORT_BASE:-20000}
+SECKILL_SLOT_PORTS=100
+SECKILL_SLOTS=64
+SECKILL_SLOT_LOCKS=/tmp/seckill-slots
+
+seckill_port_free() {
+	! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# seckill_claim_slot: sets SECKILL_SLOT and the slot's first port, SECKILL_SLOT_BASE
+seckill_claim_slot() {
+	local slot fd base
+	mkdir -p "$SECKILL_SLOT_LOCKS" || return 1
+	for ((slot = 0; slot < SECKILL_SLOTS; slot++)); do
+		exec {fd}>"$SECKILL_SLOT_LOCKS/$slot.lock" || return 1
+		base=$((SECKILL_PORT_BASE + slot * SECKILL_SLOT_PORTS))
+		if flock -n "$fd" && seckill_port_free "$base" && seckill_port_free $((base + 1)); then
+			export SECKILL_SLOT=$slot SECKILL_SLOT_BASE=$base
+			return 0
+		fi
+		exec {fd}>&-
+	done
+	seckill_die "no free slot of $SECKILL_SLOT_PORTS ports from $SECKILL_PORT_BASE (set SECKILL_PORT_BASE)"
+}
+
+# seckill_initdb dir log: a new data directory, copied from SECKILL_TEMPLATE
+# (made once by seckill_make_template) when there is one
+seckill_initdb() {
+	if [ -n "${SECKILL_TEMPLATE:-}" ]; then
+		cp -a "$SECKILL_TEMPLATE" "$1" >"$2" 2>&1
+	else
+		seckill_as_postgres initdb -D "$1" -U postgres --auth=trust \
+			-E UTF8 --locale=C.UTF-8 --no-sync >"$2" 2>&1
+	fi
+}
+
+# seckill_make_template dir: initdb once into dir, for every seckill_initdb
+# after it (exports SECKILL_TEMPLATE)
+seckill_make_template() {
+	mkdir -p "$1" && chown postgres: "$1" && chmod 755 "$1" || return 1
+	(cd "$1" && runuser -u postgres -- initdb -D "$1/pgdata" -U postgres --auth=trust \
+		-E UTF8 --locale=C.UTF-8 --no-sync) >"$1/initdb.log" 2>&1 ||
+		{ cat "$1/initdb.log" >&2; seckill_die "initdb failed"; return 1; }
+	export SECKILL_TEMPLATE=$1/pgdata
+}
+
+# seckill_start_servers [extra postgresql.conf lines...]: on SECKILL_PG_PORT
+# and SECKILL_REDIS_PORT when set, else on a slot of their own
 # shellcheck disable=SC2120 # the extra lines are optional
 seckill_start_servers() {
 	export PGHOST=127.0.0.1 PGUSER=postgres PGDATABASE=postgres
-	export PGPORT=${SECKILL_PG_PORT:-54329}
-	export SECKILL_REDIS_PORT=${SECKILL_REDIS_PORT:-6390}
+	if [ -n "${SECKILL_PG_PORT:-}" ]; then
+		export PGPORT=$SECKILL_PG_PORT
+		export SECKILL_REDIS_PORT=${SECKILL_REDIS_PORT:-$((PGPORT + 1))}
+		export SECKILL_OWN_PORT=${SECKILL_OWN_PORT:-$((PGPORT + 10))}
+	else
+		seckill_claim_slot || return 1
+		export PGPORT=$SECKILL_SLOT_BASE SECKILL_REDIS_PORT=$((SECKILL_SLOT_BASE + 1))
+		export SECKILL_OWN_PORT=$((SECKILL_SLOT_BASE + 10))
+	fi
 	SECKILL_TMP=$(mktemp -d /tmp/seckill.XXXXXX) || return 1
 	export SECKILL_TMP SECKILL_PGDATA=$SECKILL_TMP/pgdata
 	chown postgres: "$SECKILL_TMP"
@@ -229,8 +299,7 @@ seckill_start_servers() {
 
 	seckill_redis_start || return 1
 
-	seckill_as_postgres initdb -D "$SECKILL_PGDATA" -U postgres --auth=trust \
-		-E UTF8 --locale=C.UTF-8 --no-sync >"$SECKILL_TMP/initdb.log" 2>&1 ||
+	seckill_initdb "$SECKILL_PGDATA" "$SECKILL_TMP/initdb.log" ||
 		{ cat "$SECKILL_TMP/initdb.log" >&2; seckill_die "initdb failed"; return 1; }
 	{
 		echo "listen_addresses = '127.0.0.1'"

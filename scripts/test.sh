@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The test suite, as root: bash scripts/test.sh [faults | docker | test files...]
-# Installs what is missing, builds and installs seckill, starts throwaway
-# PostgreSQL and Redis servers (ports from SECKILL_PG_PORT, SECKILL_REDIS_PORT)
-# and runs test/t/*.t (bash, TAP) and test/pgtap/*.pg (pgTAP) with prove.
+# The test suite, as root: bash scripts/test.sh [quick | faults | docker | test files...]
+# Installs what is missing, builds and installs seckill, and runs
+# test/t/*.t (bash, TAP) and test/pgtap/*.pg (pgTAP) with prove, several
+# files at once (SECKILL_TEST_JOBS), each on throwaway PostgreSQL and Redis
+# servers of its own (test/run.sh).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -16,12 +17,26 @@ command -v npm >/dev/null || SECKILL_PACKAGES+=(nodejs npm)
 seckill_install_deps
 # with the crash points of the fault tests (test/t/70_crash_points.t)
 seckill_build_install CRASH_POINTS=1
-seckill_start_servers
+
+# One initdb for every server the files start (seckill_initdb)
+template=$(mktemp -d /tmp/seckill-template.XXXXXX)
+trap 'rm -rf "$template"; rmdir /sys/fs/cgroup/cpuacct/seckill-test-* 2>/dev/null' EXIT
+seckill_make_template "$template"
+# The files take slots of their own (seckill_start_servers)
+unset SECKILL_PG_PORT SECKILL_REDIS_PORT SECKILL_OWN_PORT
 
 cd "$SECKILL_ROOT"
 if [ $# -eq 0 ]; then
 	shopt -s nullglob
 	set -- test/t/*.t test/pgtap/*.pg
+elif [ "$1" = quick ]; then
+	# the inner loop: the API, the schema, the purchase path, a fault of
+	# each kind, and the randomized fault test for 20 s
+	export SECKILL_FAULT_SECONDS=${SECKILL_FAULT_SECONDS:-20}
+	set -- test/t/01_regress.t test/pgtap/schema.pg test/pgtap/monitoring.pg test/t/12_order_truth.t \
+		test/t/13_double_click.t test/t/20_faults.t test/t/22_ok_is_durable.t test/t/24_random_faults.t \
+		test/t/30_stall.t test/t/31_slots.t test/t/32_row_locks.t test/t/70_crash_points.t \
+		test/t/80_database_fallback.t test/t/85_network_cut.t
 elif [ "$1" = faults ]; then
 	# the fault suite: every failure the design claims to survive, under load
 	set -- test/t/20_faults.t test/t/21_sold_out_revives.t test/t/24_random_faults.t test/t/25_redis_wrong.t \
@@ -33,10 +48,27 @@ elif [ "$1" = docker ]; then
 	set -- test/t/99_docker.t
 fi
 
-# Failing tests print the servers' log tails themselves: prove's summary
-# stays the last thing printed.
-SECKILL_LOGS_ON_FAILURE=0
-prove --source pgTAP \
-	--pgtap-option dbname=postgres --pgtap-option host=127.0.0.1 \
-	--pgtap-option port="$PGPORT" --pgtap-option username=postgres \
-	--source Perl --ext .t --ext .pg "$@"
+# The longest files start first, so that none of them is left running
+# alone at the end; a file whose header says "Runs alone" runs before the
+# others, with the machine to itself.
+first=(test/t/99_docker.t test/t/87_cluster.t test/t/24_random_faults.t test/t/89_sentinel.t
+	test/t/04_debian_package.t test/t/88_epoch_lost.t test/t/36_big_rebuild.t test/t/41_redis_tls.t
+	test/t/70_crash_points.t test/t/10_stampede.t test/t/60_cron.t test/t/16_group_commit.t)
+files=()
+for f in "${first[@]}"; do
+	[[ " $* " == *" $f "* ]] && files+=("$f")
+done
+for f in "$@"; do
+	[[ " ${first[*]} " == *" $f "* ]] || files+=("$f")
+done
+rules=$template/rules.yml
+{
+	echo "seq:"
+	for f in "${files[@]}"; do
+		grep -q '^# Runs alone' "$f" 2>/dev/null && echo "  - seq: $f"
+	done
+	echo "  - par: '**'"
+} >"$rules"
+
+HARNESS_RULESFILE=$rules prove --timer -j "${SECKILL_TEST_JOBS:-4}" --exec "bash $SECKILL_ROOT/test/run.sh" \
+	"${files[@]}"

@@ -10,7 +10,7 @@ set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
 
-port=${SECKILL_PACKAGE_PORT:-$((PGPORT % 10000 + 18000))}
+port=${SECKILL_PACKAGE_PORT:-$SECKILL_OWN_PORT}
 ports_free SECKILL_PACKAGE_PORT "$port"
 version=$(sed -n "s/^default_version = '\(.*\)'$/\1/p" "$SECKILL_ROOT/seckill.control")
 work=$(mktemp -d -p "$SECKILL_TMP" package.XXXXXX)

@@ -24,7 +24,7 @@ RANDOM=$seed
 grace=5
 
 work=$(mktemp -d -p "$SECKILL_TMP" faults.XXXXXX)
-relay_port=$((SECKILL_REDIS_PORT + 1))
+relay_port=$SECKILL_OWN_PORT
 relay=
 client=
 ports_free SECKILL_REDIS_PORT "$relay_port"

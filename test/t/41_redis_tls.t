@@ -21,7 +21,7 @@ set -uo pipefail
 . "$(dirname "$0")/sale.sh"
 
 # Below 32768 (see 88_failover.t)
-base=${SECKILL_TLS_PORT:-$((PGPORT % 10000 + 20030))}
+base=${SECKILL_TLS_PORT:-$SECKILL_OWN_PORT}
 tls_port=$base
 relay_port=$((base + 1))
 cluster_ports="$((base + 2)) $((base + 3)) $((base + 4))"

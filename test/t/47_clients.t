@@ -15,6 +15,7 @@ redis_pid=$(cat "$SECKILL_TMP/redis.pid")
 work=$(mktemp -d -p "$SECKILL_TMP")
 trap 'kill -CONT "$redis_pid" 2>/dev/null; rm -rf "$work"' EXIT
 export DATABASE_URL="postgresql://postgres@127.0.0.1:$PGPORT/postgres"
+psql_val "CREATE EXTENSION seckill" >/dev/null
 
 cp -r "$SECKILL_ROOT/examples/node" "$work/node"
 (cd "$work/node" && npm ci --no-audit --no-fund >"$work/npm.out" 2>&1)

@@ -15,7 +15,7 @@ redis_pid=$(cat "$SECKILL_TMP/redis.pid")
 bouncer_dir=$(mktemp -d -p "$SECKILL_TMP")
 # Below 32768, the start of the kernel's range of ephemeral ports: a client
 # socket of the tests before never holds it.
-bouncer_port=${SECKILL_BOUNCER_PORT:-$((PGPORT % 10000 + 17000))}
+bouncer_port=${SECKILL_BOUNCER_PORT:-$SECKILL_OWN_PORT}
 ports_free SECKILL_BOUNCER_PORT "$bouncer_port"
 trap 'kill -CONT "$redis_pid" 2>/dev/null; [ -f "$bouncer_dir/pid" ] && kill "$(cat "$bouncer_dir/pid")" 2>/dev/null' EXIT
 

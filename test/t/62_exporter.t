@@ -9,7 +9,7 @@ set -uo pipefail
 . "$(dirname "$0")/tap.sh"
 
 exporter=/usr/bin/prometheus-postgres-exporter
-port=${SECKILL_EXPORTER_PORT:-$((PGPORT % 10000 + 19000))}
+port=${SECKILL_EXPORTER_PORT:-$SECKILL_OWN_PORT}
 ports_free SECKILL_EXPORTER_PORT "$port"
 goods="exported-$$"
 work=$(mktemp -d -p "$SECKILL_TMP" exporter.XXXXXX)

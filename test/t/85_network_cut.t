@@ -11,7 +11,7 @@ set -uo pipefail
 . "$(dirname "$0")/sale.sh"
 
 log=$SECKILL_TMP/postgresql.log
-relay_port=$((SECKILL_REDIS_PORT + 1))
+relay_port=$SECKILL_OWN_PORT
 relay=
 # socat forks a process per connection: freeze and thaw them all
 relay_signal() { kill "-$1" "$relay" $(pgrep -P "$relay") 2>/dev/null; }

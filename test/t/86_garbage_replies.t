@@ -15,7 +15,7 @@ set -uo pipefail
 log=$SECKILL_TMP/postgresql.log
 seed=${SECKILL_GARBAGE_SEED:-$((RANDOM * 32768 + RANDOM))}
 diag "seed $seed (SECKILL_GARBAGE_SEED=$seed reruns it)"
-fake_port=$((SECKILL_REDIS_PORT + 200))
+fake_port=$SECKILL_OWN_PORT
 extra=40
 work=$(mktemp -d)
 fake=

@@ -27,7 +27,7 @@ set -uo pipefail
 
 # Below 32768, where the kernel's ephemeral ports begin; derived from the
 # suite's port (apart from 88_failover.t's and 89_sentinel.t's)
-base=${SECKILL_CLUSTER_PORT:-$((PGPORT % 10000 + 22000))}
+base=${SECKILL_CLUSTER_PORT:-$SECKILL_OWN_PORT}
 nodes=("$base" $((base + 1)) $((base + 2)) $((base + 3)) $((base + 4)) $((base + 5)))
 masters=()
 own_servers cluster
@@ -161,10 +161,8 @@ cat >"$work/crowd.sql" <<SQL
 SELECT try_buy('user-' || :u, '$goods-' || :g);
 SQL
 started=$(date +%s)
-for _ in $(seq 1 30); do
-	[ "$(psql_val "SELECT sum(sold) FROM seckill.campaigns WHERE goods LIKE '$goods-%'")" -ge $total ] && break
-	pgbench -n -c 64 -j 2 -T 3 -f "$work/crowd.sql" >>"$work/crowd.out" 2>&1
-done
+sold_on_cluster() { psql_val "SELECT sum(sold) FROM seckill.campaigns WHERE goods LIKE '$goods-%'"; }
+sell_until sold_on_cluster $total -n -c 64 -j 2 -T 3 -f "$work/crowd.sql" >>"$work/crowd.out" 2>&1
 diag "sold $total items on $count campaigns in $(($(date +%s) - started)) s: $(answers '-infinity')"
 is "$(error_count '-infinity')" 0 "every call answered without an error" || diag "$(errors '-infinity')"
 is "$(psql_val "SELECT string_agg(goods, ' ') FROM seckill.campaigns c WHERE goods LIKE '$goods-%' AND NOT (

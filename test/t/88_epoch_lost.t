@@ -21,7 +21,7 @@ set -uo pipefail
 . "$(dirname "$0")/pg_pair.sh"
 
 # Below 32768 (see 88_failover.t), beside its ports
-base=${SECKILL_EPOCH_PORT:-$((PGPORT % 10000 + 20020))}
+base=${SECKILL_EPOCH_PORT:-$SECKILL_OWN_PORT}
 a_port=$base
 b_port=$((base + 1))
 prefix="epochlost$$"

@@ -25,7 +25,7 @@ set -uo pipefail
 # Below 32768, the start of the kernel's range of ephemeral ports: an outgoing
 # connection never takes one of them first.  Derived from the suite's port, so
 # that runs on other ports do not collide.
-base=${SECKILL_FAILOVER_PORT:-$((PGPORT % 10000 + 20000))}
+base=${SECKILL_FAILOVER_PORT:-$SECKILL_OWN_PORT}
 primary_port=$base
 standby_port=$((base + 1))
 relay_port=$((base + 2))

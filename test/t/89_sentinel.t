@@ -27,7 +27,7 @@ set -uo pipefail
 
 # Below 32768, where the kernel's ephemeral ports begin; derived from the
 # suite's port (apart from 88_failover.t's) so that parallel runs differ.
-base=${SECKILL_SENTINEL_PORT:-$((PGPORT % 10000 + 21000))}
+base=${SECKILL_SENTINEL_PORT:-$SECKILL_OWN_PORT}
 first_port=$base
 second_port=$((base + 1))
 relay_port=$((base + 2))

@@ -3,6 +3,7 @@
 # Redis: past seckill.max_queue purchases are answered busy at once; callers
 # cancelled or terminated while they wait lose nothing; once Redis is back no
 # slot is lost and the worker serves everyone.
+# Runs alone: it catches callers while they wait, in windows of seconds.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"

@@ -3,6 +3,8 @@
 # changes without reset), one-time tokens raced by concurrent callers,
 # admission control per campaign while Redis is stalled, and seckill.stats
 # counting exactly what the callers were answered.
+# Runs alone: rate limits are checked against the time a burst took, and
+# the stall is sampled every 50 ms.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"

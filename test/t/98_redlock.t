@@ -8,7 +8,7 @@ set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
 
-base=$((SECKILL_REDIS_PORT + 100))
+base=$SECKILL_OWN_PORT
 ports="$((base + 1)) $((base + 2)) $((base + 3))"
 work=$(mktemp -d)
 chmod 755 "$work"

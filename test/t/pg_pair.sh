@@ -28,8 +28,7 @@ dsn() { echo "host=127.0.0.1 port=$1 user=postgres dbname=postgres"; }
 
 # primary name port: a new server that preloads seckill, on Redis under $prefix
 primary() {
-	seckill_as_postgres initdb -D "$work/$1" -U postgres --auth=trust \
-		-E UTF8 --locale=C.UTF-8 --no-sync >"$work/$1-initdb.out" 2>&1 || return 1
+	seckill_initdb "$work/$1" "$work/$1-initdb.out" || return 1
 	{
 		echo "listen_addresses = '127.0.0.1'"
 		echo "port = $2"

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # A small TAP producer for the bash tests under test/t, which run against the
-# servers started by scripts/test.sh (the environment says where they are).
+# servers that test/run.sh started for them (the environment says where).
 # Source it; then plan N (or done_testing at the end), ok, is, diag.
 
 # shellcheck source=scripts/lib.sh
@@ -32,15 +32,11 @@ tap_result() {
 		echo "ok $TAP_COUNT - $desc"
 	else
 		echo "not ok $TAP_COUNT - $desc"
+		# on stderr too, as Test::More does: prove -j shows no "not ok" line
+		diag "  Failed test $TAP_COUNT of ${0##*/}: $2"
 		TAP_FAILED=$((TAP_FAILED + 1))
 	fi
 }
-
-# A setting an earlier test left behind (an ALTER SYSTEM its exit did not
-# reset) would change what this one tests: named here, as a failure.
-tap_left=$(psql -XAtq -c "SELECT string_agg(name || ' = ' || setting, ', ' ORDER BY name)
-	FROM pg_file_settings WHERE sourcefile LIKE '%/postgresql.auto.conf'" 2>/dev/null)
-[ -z "$tap_left" ] || tap_result 0 "no setting left by an earlier test's ALTER SYSTEM: $tap_left"
 
 # ok 'shell condition' description
 ok() {

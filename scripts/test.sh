@@ -34,7 +34,7 @@ elif [ "$1" = quick ]; then
 	# each kind, and the randomized fault test for 20 s
 	export SECKILL_FAULT_SECONDS=${SECKILL_FAULT_SECONDS:-20}
 	set -- test/t/01_regress.t test/pgtap/schema.pg test/pgtap/monitoring.pg test/t/12_order_truth.t \
-		test/t/13_double_click.t test/t/20_faults.t test/t/22_ok_is_durable.t test/t/24_random_faults.t \
+		test/t/13_double_click.t test/t/20_faults.t test/t/24_random_faults.t \
 		test/t/30_stall.t test/t/31_slots.t test/t/32_row_locks.t test/t/70_crash_points.t \
 		test/t/80_database_fallback.t test/t/85_network_cut.t
 elif [ "$1" = faults ]; then

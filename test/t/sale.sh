@@ -82,7 +82,6 @@ sale_invariants() {
 			AND o.user_id = a.user_id)")" 0 "${label}every ok answer has its committed order"
 }
 
-# sale_finish: reconcile, sell the rest, check the invariants, print the figures
 # sell_until count target pgbench-arguments...: pgbench again and again
 # until the command count prints target or more; on a busy machine a round
 # sells less, so what bounds it is five rounds in a row that sold nothing
@@ -98,6 +97,7 @@ sell_until() {
 	done
 }
 
+# sale_finish: reconcile, sell the rest, check the invariants, print the figures
 sale_finish() {
 	local reconciled
 	reconciled=$(psql_val "SELECT * FROM seckill_reconcile('$SALE_GOODS')")

@@ -49,10 +49,9 @@ elif [ "$1" = docker ]; then
 fi
 
 # The longest files start first, so that none of them is left running
-# alone at the end.  A file whose header says "Runs alone" runs before the
-# others, with the machine to itself; those whose header says "Runs in
-# line" run one after another, beside the rest.
-first=(test/t/99_docker.t test/t/87_cluster.t test/t/24_random_faults.t test/t/04_debian_package.t
+# alone at the end; a file whose header says "Runs alone" runs before the
+# others, with the machine to itself.
+first=(test/t/99_docker.t test/t/24_random_faults.t test/t/89_sentinel.t test/t/04_debian_package.t
 	test/t/88_epoch_lost.t test/t/36_big_rebuild.t test/t/41_redis_tls.t test/t/70_crash_points.t
 	test/t/10_stampede.t test/t/60_cron.t test/t/16_group_commit.t)
 files=()
@@ -68,12 +67,7 @@ rules=$template/rules.yml
 	for f in "${files[@]}"; do
 		grep -q '^# Runs alone' "$f" && echo "  - seq: $f"
 	done
-	echo "  - par:"
-	if grep -l '^# Runs in line' "${files[@]}" >"$template/in-line"; then
-		echo "    - seq:"
-		sed 's/^/      - /' "$template/in-line"
-	fi
-	echo "    - par: '**'"
+	echo "  - par: '**'"
 } >"$rules"
 
 HARNESS_RULESFILE=$rules prove --timer -j "${SECKILL_TEST_JOBS:-3}" --exec "bash $SECKILL_ROOT/test/run.sh" \

@@ -19,8 +19,8 @@
 #  6. sells on when the killed node, back as a replica, takes over again by
 #     CLUSTER FAILOVER.
 # After each: no oversell, nobody twice, every ok an order.
-# Runs in line: its fault phases run while crowds of fixed length buy; two
-# such tests at once on two cores leave a phase without a crowd.
+# Runs alone: its six Redis nodes and fault phases under crowds of fixed
+# length, beside other sales on two cores, sold too little to finish in time.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"

@@ -19,8 +19,6 @@
 #     an error naming the role, without a storm of connections.
 # After each: no oversell, nobody with two active orders, every ok an order.
 # Then the shared end of the fault tests (test/t/sale.sh).
-# Runs in line: its fault phases run while crowds of fixed length buy; two
-# such tests at once on two cores leave a phase without a crowd.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"

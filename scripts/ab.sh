@@ -8,8 +8,8 @@
 # CPU per purchase (/proc/stat around the cell), the purchases a commit
 # (seckill.worker_counters()) and p99, their medians, and B/A.
 # A change of speed is measured here, not assumed; both sides must expect
-# the same version of the extension's SQL.  Starts its own servers (ports
-# from SECKILL_PG_PORT, SECKILL_REDIS_PORT).
+# the same version of the extension's SQL.  Starts its own servers, on a
+# free slot of ports (or SECKILL_PG_PORT, SECKILL_REDIS_PORT).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"

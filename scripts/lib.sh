@@ -12,7 +12,7 @@ SECKILL_PG_CONFIG=$SECKILL_PG_BIN/pg_config
 SECKILL_PACKAGES=(
 	postgresql-15 postgresql-server-dev-15 libhiredis-dev libssl-dev
 	redis-server redis-tools
-	postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
+	postgresql-15-pgtap libipc-run-perl
 	postgresql-15-cron gnuplot-nox socat
 )
 PATH=$SECKILL_PG_BIN:$PATH

@@ -290,7 +290,7 @@ ulimit -n $((bouncer_clients + 2048)) 2>/dev/null ||
 bouncer_dir=$(mktemp -d -p "$SECKILL_TMP")
 # below 32768, the kernel's ephemeral ports: no client socket holds it
 bouncer_port=${SECKILL_BENCH_BOUNCER_PORT:-$SECKILL_OWN_PORT}
-if (exec 3<>"/dev/tcp/127.0.0.1/$bouncer_port") 2>/dev/null; then
+if ! seckill_port_free "$bouncer_port"; then
 	seckill_die "port $bouncer_port is in use (set SECKILL_BENCH_BOUNCER_PORT)"
 	exit 1
 fi
@@ -390,7 +390,7 @@ for g in "$big" "$gone" "$rate" "$tok" "$sharded"; do
 done
 for port in "${cluster_ports[@]}"; do
 	for p in "$port" $((port + 10)); do
-		if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+		if ! seckill_port_free "$p"; then
 			seckill_die "port $p is in use (set SECKILL_BENCH_CLUSTER_PORT)"
 			exit 1
 		fi

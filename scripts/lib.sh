@@ -251,8 +251,9 @@ seckill_initdb() {
 	if [ -n "${SECKILL_TEMPLATE:-}" ]; then
 		cp -a "$SECKILL_TEMPLATE" "$1" >"$2" 2>&1
 	else
-		seckill_as_postgres initdb -D "$1" -U postgres --auth=trust \
-			-E UTF8 --locale=C.UTF-8 --no-sync >"$2" 2>&1
+		# from the new directory's parent, which postgres may read
+		(cd "$(dirname "$1")" && runuser -u postgres -- initdb -D "$1" -U postgres --auth=trust \
+			-E UTF8 --locale=C.UTF-8 --no-sync) >"$2" 2>&1
 	fi
 }
 
@@ -260,8 +261,7 @@ seckill_initdb() {
 # after it (exports SECKILL_TEMPLATE)
 seckill_make_template() {
 	mkdir -p "$1" && chown postgres: "$1" && chmod 755 "$1" || return 1
-	(cd "$1" && runuser -u postgres -- initdb -D "$1/pgdata" -U postgres --auth=trust \
-		-E UTF8 --locale=C.UTF-8 --no-sync) >"$1/initdb.log" 2>&1 ||
+	SECKILL_TEMPLATE='' seckill_initdb "$1/pgdata" "$1/initdb.log" ||
 		{ cat "$1/initdb.log" >&2; seckill_die "initdb failed"; return 1; }
 	export SECKILL_TEMPLATE=$1/pgdata
 }

@@ -94,7 +94,7 @@ ports_free() {
 	local setting=$1 port
 	shift
 	for port in "$@"; do
-		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+		if ! seckill_port_free "$port"; then
 			echo "Bail out! port $port is in use (set $setting)"
 			exit 255
 		fi

@@ -13,11 +13,19 @@ log=$SECKILL_TMP/postgresql.log
 trap 'seckill_configure "RESET seckill.redis_user" "RESET seckill.redis_password_file" >/dev/null 2>&1
 	seckill_redis_cli ACL DELUSER seckill >/dev/null 2>&1' EXIT
 
-# the ACL the README documents
-is "$(seckill_redis_cli ACL SETUSER seckill on ">$secret" resetkeys '~seckill:*' resetchannels '&seckill:*' -@all \
-	+evalsha +script\|load +hget +hgetall +hdel +hset +hmget +hexists +hincrby +hlen +scard \
-	+sadd +srem +sismember +set +get +del +exists +rename +expire +pexpire +time +publish +subscribe \
-	+role +info)" OK "Redis ACL user seckill created"
+# the ACL the README documents, as it stands there: it grants every command
+# seckill's Lua scripts call
+readme_acl=$(grep -m 1 '^ACL SETUSER seckill on >the-password ' "$(dirname "$0")/../../README.md")
+ok "[ -n \"\$readme_acl\" ]" "the README gives an ACL line for user seckill"
+missing=
+for cmd in $(grep -ohE "redis\.p?call\('[A-Za-z]+'" "$(dirname "$0")"/../../lua/*.lua | sed -E "s/.*\('//; s/'//" | tr A-Z a-z | sort -u); do
+	[[ " $readme_acl " == *" +$cmd "* ]] || missing="$missing $cmd"
+done
+is "${missing:-none}" none "the README's ACL grants every command of lua/*.lua"
+set -f
+read -ra acl <<<"${readme_acl/>the-password/>$secret}"
+set +f
+is "$(seckill_redis_cli "${acl[@]}")" OK "Redis ACL user seckill created from the README's line"
 
 password_file() { # name content mode
 	printf '%s\n' "$2" >"$SECKILL_TMP/$1"
@@ -44,6 +52,30 @@ is "$(psql_val "SELECT status FROM seckill_buy('carol', '$goods', 1, seckill_tok
 psql_val "SELECT seckill_campaign_set('$goods', '{\"user_rate\": null, \"token_required\": false}')" >/dev/null
 ok "seckill_redis_cli CLIENT LIST | grep -q 'user=seckill'" "the worker is connected as user seckill"
 is "$(psql_val "SELECT repaired FROM seckill_reconcile('$goods')")" f "reconcile works as the ACL user"
+
+# every lock kind as the ACL user, each taken, waited for and released
+lk="acl-lock-$$"
+# (session locks: taken and released in one session)
+is "$(psql -XAtq -v ON_ERROR_STOP=1 -c "SELECT seckill_lock('$lk-x') IS NOT NULL, seckill_lock('$lk-l', lease => '5 s') IS NOT NULL,
+	seckill_lock_fair('$lk-f') IS NOT NULL, seckill_lock_shared('$lk-s') IS NOT NULL,
+	seckill_lock_all(ARRAY['$lk-a', '$lk-b']) IS NOT NULL" \
+	-c "SELECT seckill_unlock('$lk-x') AND seckill_unlock('$lk-l') AND seckill_unlock('$lk-f')
+	AND seckill_unlock_shared('$lk-s') AND seckill_unlock_all(ARRAY['$lk-a', '$lk-b'])" | tr '\n' ' ')" "t|t|t|t|t t " \
+	"seckill_lock (watchdog and lease), _fair, _shared and _all as the ACL user, each released"
+is "$(psql_val "BEGIN; SELECT seckill_lock_xact('$lk-tx') IS NOT NULL AND seckill_lock_shared_xact('$lk-ts') IS NOT NULL; COMMIT")" t \
+	"seckill_lock_xact and seckill_lock_shared_xact as the ACL user"
+for kind in fair shared ''; do
+	fn=seckill_lock${kind:+_$kind}
+	session_hold "SELECT seckill_lock${kind:+_$kind}('$lk-w${kind}');"
+	if [ "$kind" = shared ]; then
+		# a shared holder keeps an exclusive taker out
+		is "$(psql_val "SELECT seckill_lock('$lk-w$kind', '300 ms') IS NULL")" t "a wait on a lock held shared times out as the ACL user"
+	else
+		is "$(psql_val "SELECT $fn('$lk-w$kind', '300 ms') IS NULL")" t "a wait for $fn times out as the ACL user"
+	fi
+	session_end "SELECT 1;"
+	is "$(psql_val "SELECT $fn('$lk-w$kind', '5 s') IS NOT NULL")" t "$fn is granted once its holder left"
+done
 
 # a wrong password: a clear error that names neither password
 password_file wrong.pass "$wrong" 600

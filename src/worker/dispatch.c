@@ -50,17 +50,29 @@ answer_barrier(const SeckillRequest *request, SeckillReply *reply)
 
 /*
  * seckill_epoch_claim(): record this server's epoch in Redis now, also
- * where Redis lost the one it recorded (worker/epoch.c); the timeline.
+ * where Redis lost the one it recorded (worker/epoch.c); the timeline.  The
+ * claim was made for its caller (sk_dispatch_serve); it holds only while
+ * it is answered: one that fails or errors records nothing later.
  */
 static void
 answer_epoch_claim(const SeckillRequest *request, SeckillReply *reply)
 {
-	sk_epoch_claim(true);
+	bool		ready;
+
 	sk_journal_replay_now();
-	if (!sk_journal_ready())
+	PG_TRY();
 	{
-		/* a claim holds only while it is answered */
-		sk_epoch_claim(false);
+		ready = sk_journal_ready();
+	}
+	PG_CATCH();
+	{
+		sk_epoch_claim_drop();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (!ready)
+	{
+		sk_epoch_claim_drop();
 		if (sk_epoch_fenced())
 			sk_epoch_reply_fenced(reply);
 		else
@@ -214,6 +226,9 @@ sk_dispatch_serve(RoundItem *item)
 {
 	if (sk_rebuild_defer(item))
 		return;
+	/* dropped if its caller gives up before it is recorded */
+	if (item->request.kind == SK_REQ_EPOCH_CLAIM)
+		sk_epoch_claim(item->slot, item->seq);
 	serve_admin(&item->request, &item->reply);
 	if (item->reply.status == SK_PENDING)
 		sk_rebuild_wait(item);

@@ -100,7 +100,18 @@ static TimestampTz standby_due = 0;
  * is wait: nothing sells until claimed (seckill_epoch_claim) or promoted.
  */
 static bool lost = false;
-static bool claimed = false;
+
+/*
+ * seckill_epoch_claim(), while its request is served (its slot and sequence
+ * number): dropped once answered, when it fails, or when its caller gives
+ * up first (claim_holds), so that a claim nobody waits for records nothing.
+ */
+static struct
+{
+	bool		on;
+	int			slot;
+	uint64		seq;
+}			claim;
 
 /* The campaigns a take-over marked stale, for the worker to rebuild. */
 static int64 *taken_over = NULL;
@@ -186,9 +197,12 @@ read_promotion(void)
 }
 
 /*
- * Does a standby stream WAL from this server now: a walsender streaming
- * that is not connected to a database, as a logical one is?  (So do
- * pg_receivewal and pg_basebackup's WAL stream.)
+ * Does a standby stream WAL from this server now: a walsender streaming or
+ * catching up that is not connected to a database, as a logical one is,
+ * and whose receiver reports a replay position?  A standby replays what it
+ * receives; pg_basebackup's WAL stream and pg_receivewal only keep the WAL
+ * (they report no replay position), and a base backup's own walsender is
+ * in state backup: none of them can be promoted behind this server's back.
  */
 static bool
 standby_streams(void)
@@ -198,13 +212,16 @@ standby_streams(void)
 		WalSnd	   *walsnd = &WalSndCtl->walsnds[i];
 		pid_t		pid;
 		WalSndState state;
+		XLogRecPtr	replayed;
 		PGPROC	   *proc;
 
 		SpinLockAcquire(&walsnd->mutex);
 		pid = walsnd->pid;
 		state = walsnd->state;
+		replayed = walsnd->apply;
 		SpinLockRelease(&walsnd->mutex);
-		if (pid != 0 && state == WALSNDSTATE_STREAMING &&
+		if (pid != 0 && (state == WALSNDSTATE_STREAMING || state == WALSNDSTATE_CATCHUP) &&
+			!XLogRecPtrIsInvalid(replayed) &&
 			(proc = BackendPidGetProc(pid)) != NULL && !OidIsValid(proc->databaseId))
 			return true;
 	}
@@ -304,14 +321,40 @@ sk_epoch_lost(void)
 }
 
 /*
- * seckill_epoch_claim() (on): the DBA says this server is the primary; it
- * records its epoch in Redis again, missing or not, at the next check.
- * Off: the claim could not be answered, and is dropped.
+ * seckill_epoch_claim(), the request in this slot: the DBA says this server
+ * is the primary; it records its epoch in Redis again, missing or not, at
+ * the next check, while the caller still waits for the answer.
  */
 void
-sk_epoch_claim(bool on)
+sk_epoch_claim(int slot, uint64 seq)
 {
-	claimed = on;
+	claim.on = true;
+	claim.slot = slot;
+	claim.seq = seq;
+}
+
+/* The claim was answered, or failed: it is dropped. */
+void
+sk_epoch_claim_drop(void)
+{
+	claim.on = false;
+}
+
+/*
+ * Does the claim hold: made, and its caller still waiting?  Asked before
+ * the claim writes to Redis: one given up on (a timeout, a cancel) is
+ * dropped, and records nothing.
+ */
+static bool
+claim_holds(void)
+{
+	if (claim.on && seckill_slot_given_up(claim.slot, claim.seq))
+	{
+		claim.on = false;
+		ereport(LOG,
+				(errmsg("seckill worker drops seckill_epoch_claim(): its caller gave up (a timeout or a cancel) before the epoch was recorded, and nothing was recorded")));
+	}
+	return claim.on;
 }
 
 /*
@@ -325,7 +368,7 @@ lost_here(void)
 	bool		was = lost;
 	const char *why = failover_possible();
 
-	lost = why != NULL && !claimed && recorded_here >= (int64) timeline;
+	lost = why != NULL && !claim_holds() && recorded_here >= (int64) timeline;
 	if (lost && !was)
 		ereport(WARNING,
 				(errmsg("seckill worker does not sell: Redis has lost the epoch this server recorded there (timeline %u)",
@@ -354,12 +397,35 @@ sk_epoch_reply_fenced(SeckillReply *reply)
 }
 
 /*
+ * Does the epoch Redis recorded (its timeline, the promotion's id) fence this
+ * server?  A newer timeline does, and so does another promotion onto ours
+ * that recorded itself first.  A fence is remembered at once.
+ */
+static bool
+fenced_by(int64 recorded, const char *owner)
+{
+	if (recorded > (int64) timeline)
+		sk_epoch_fence(psprintf("timeline " INT64_FORMAT ", recorded in Redis", recorded));
+	else if (recorded == (int64) timeline && owner != NULL && owner[0] != '\0' &&
+			 promotion[0] != '\0' && strcmp(owner, promotion) != 0)
+		sk_epoch_fence(psprintf("another promotion onto timeline %u, %s, recorded itself in Redis first; this one is %s",
+								timeline, owner, promotion));
+	else
+		return false;
+	sk_epoch_recall();
+	return true;
+}
+
+/*
  * A newer timeline than Redis knows: mark every preheated campaign stale (in
  * each of its shards), so that neither an older primary nor this one sells
- * it before it is rebuilt; sk_epoch_stale_campaigns() hands them over.  The
- * items Redis had sold beyond what PostgreSQL counts are logged: after a
- * promotion, mostly purchases the old primary answered that never reached
- * this one.
+ * it before it is rebuilt; sk_epoch_stale_campaigns() hands them over.  A
+ * shard a newer primary already marked fences this server instead: the
+ * epoch key may have lost that primary's record (a Redis failover that
+ * missed the trailing write) while its campaigns kept it, and the script
+ * never lowers it.  The items Redis had sold beyond what PostgreSQL counts
+ * are logged: after a promotion, mostly purchases the old primary answered
+ * that never reached this one.
  */
 static bool
 take_over(const char *why, const char *stale)
@@ -381,9 +447,10 @@ take_over(const char *why, const char *stale)
 
 		for (int shard = 0; shard < nshards; shard++)
 		{
-			sk_pipeline_add(&p, 6, (const char *[]) {"HSET", sk_keys_shard(row->id, shard, nshards, "meta"),
-								"epoch", sk_epoch_arg(), "stale", stale}, NULL);
-			sk_pipeline_add(&p, 3, (const char *[]) {"HGET", sk_keys_shard(row->id, shard, nshards, "meta"), "stock"}, NULL);
+			const char *key = sk_keys_shard(row->id, shard, nshards, "meta");
+
+			sk_pipeline_script(&p, SK_SCRIPT_TAKE_OVER, 1, &key, 2,
+							   (const char *[]) {sk_epoch_arg(), stale});
 		}
 	}
 	if (p.count > 0 && (r = sk_pipeline_exec(&p)) == NULL)
@@ -394,12 +461,28 @@ take_over(const char *why, const char *stale)
 		int64		in_redis = 0;
 		bool		loaded = false;
 
-		for (int shard = 0; shard < Max(row->limits.shards, 1); shard++, reply += 2)
-			if (r[reply + 1].type == REDIS_REPLY_STRING)
+		for (int shard = 0; shard < Max(row->limits.shards, 1); shard++, reply++)
+		{
+			SkReply    *marked = &r[reply];
+
+			if (marked->type != REDIS_REPLY_ARRAY || marked->elements != 2 ||
+				marked->element[0].type != REDIS_REPLY_INTEGER)
 			{
-				in_redis += strtoll(r[reply + 1].str, NULL, 10);
+				sk_redis_disconnect(psprintf("Redis refused seckill's take-over script: %s",
+											 marked->str ? marked->str : "unexpected reply"));
+				return false;
+			}
+			if (marked->element[0].integer == 1 && marked->element[1].type == REDIS_REPLY_INTEGER)
+			{
+				(void) fenced_by(marked->element[1].integer, NULL);
+				return false;
+			}
+			if (marked->element[1].type == REDIS_REPLY_STRING)
+			{
+				in_redis += strtoll(marked->element[1].str, NULL, 10);
 				loaded = true;
 			}
+		}
 		if (loaded && in_redis < row->total_stock - row->sold)
 			ereport(LOG,
 					(errmsg("seckill worker found %d item(s) of campaign " INT64_FORMAT " (\"%s\") sold in Redis without an order here: purchases answered before the take-over that this server does not have (a PostgreSQL failover lost them), or still in the journal",
@@ -459,26 +542,6 @@ sk_epoch_unstale(int64 id, int nshards)
 }
 
 /*
- * Does the epoch Redis recorded (its timeline, the promotion's id) fence this
- * server?  A newer timeline does, and so does another promotion onto ours
- * that recorded itself first.  A fence is remembered at once.
- */
-static bool
-fenced_by(int64 recorded, const char *owner)
-{
-	if (recorded > (int64) timeline)
-		sk_epoch_fence(psprintf("timeline " INT64_FORMAT ", recorded in Redis", recorded));
-	else if (recorded == (int64) timeline && owner != NULL && owner[0] != '\0' &&
-			 promotion[0] != '\0' && strcmp(owner, promotion) != 0)
-		sk_epoch_fence(psprintf("another promotion onto timeline %u, %s, recorded itself in Redis first; this one is %s",
-								timeline, owner, promotion));
-	else
-		return false;
-	sk_epoch_recall();
-	return true;
-}
-
-/*
  * Before each journal replay: learn whether another primary sells through
  * this Redis (fenced), or whether this is a new epoch or a new master (the
  * campaigns are marked stale first, then the epoch and master recorded, so
@@ -516,7 +579,7 @@ sk_epoch_check(void)
 		why = psprintf("timeline %u after timeline " INT64_FORMAT ": a promoted standby", timeline, recorded);
 		stale = "promotion";
 	}
-	else if (recorded == 0 && claimed && recorded_here >= (int64) timeline)
+	else if (recorded == 0 && claim.on && recorded_here >= (int64) timeline)
 	{
 		/* what Redis still holds is checked against PostgreSQL */
 		why = pstrdup("Redis has lost the epoch this server recorded there; seckill_epoch_claim() was run");
@@ -529,6 +592,9 @@ sk_epoch_check(void)
 		stale = "redis";
 	}
 	if (why != NULL && !take_over(why, stale))
+		return false;
+	/* a claim given up on while the campaigns were read records nothing */
+	if (recorded == 0 && claim.on && !claim_holds())
 		return false;
 
 	sk_pipeline_init(&p);
@@ -547,11 +613,11 @@ sk_epoch_check(void)
 	/* another primary recorded itself meanwhile */
 	if (fenced_by(r[0].element[0].integer, r[0].element[1].str))
 		return false;
-	if (lost || claimed)
+	if (lost || claim.on)
 		ereport(LOG,
 				(errmsg("seckill worker recorded its epoch (timeline %u) in Redis again%s",
-						timeline, claimed ? ", as seckill_epoch_claim() asked" : "")));
-	lost = claimed = false;
+						timeline, claim.on ? ", as seckill_epoch_claim() asked" : "")));
+	lost = claim.on = false;
 	if (recorded_here != (int64) timeline)
 	{
 		record_unremembered = true;
@@ -579,7 +645,7 @@ sk_epoch_recheck(void)
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 		return false;
-	if (!lost && !claimed && r[0].type == REDIS_REPLY_STRING &&
+	if (!lost && !claim.on && r[0].type == REDIS_REPLY_STRING &&
 		strtoll(r[0].str, NULL, 10) == (int64) timeline)
 		return true;
 	return sk_epoch_check();

@@ -437,6 +437,7 @@ recover_from_error(void)
 	sk_rebuild_abort();
 	sk_lease_give_if_held();
 	sk_journal_lost();
+	sk_epoch_claim_drop();
 	sk_purchase_forget();
 	pg_atomic_write_u32(&seckill_shared->worker_idle, 0);
 	sk_pacing_forget();

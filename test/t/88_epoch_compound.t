@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Two faults at once around the epoch (worker/epoch.c), on the suite's own
+# server, a lone primary on timeline 1, and its Redis:
+#  1. a base backup (pg_basebackup -X stream) and pg_receivewal are no
+#     standby: they replay nothing.  With seckill.redis_epoch_lost left at
+#     auto, a Redis restarted empty after them is taken for a new one, and
+#     the server sells again within 5 s without a claim;
+#  2. a claim is all or nothing: one that errors (a lock timeout while it
+#     reads the campaigns) or whose caller gave up (seckill.request_timeout)
+#     before it was recorded records nothing, and purchases still wait; the
+#     next claim sells;
+#  3. a take-over never lowers the epoch a newer primary wrote into the
+#     campaigns' hashes: after a Redis failover that kept the hashes but lost
+#     the newer primary's epoch key, this server, finding a new master and
+#     its own epoch, answers 55P03 (fenced), and the hashes keep the newer
+#     epoch.  Last: the server stays fenced.
+set -uo pipefail
+# shellcheck source=test/t/tap.sh
+. "$(dirname "$0")/tap.sh"
+
+goods=compound-$$
+work=$(mktemp -d -p "$SECKILL_TMP" compound.XXXXXX)
+chown postgres: "$work"
+RECEIVER=
+cleanup() {
+	[ -n "$RECEIVER" ] && kill "$RECEIVER" 2>/dev/null && wait "$RECEIVER"
+	[ -n "$SESSION_PID" ] && kill "$SESSION_PID" 2>/dev/null
+	seckill_configure "RESET seckill.redis_epoch_lost" "RESET seckill.worker_lock_timeout" >/dev/null 2>&1
+	[ "${SECKILL_KEEP:-0}" = 1 ] || rm -rf "$work"
+}
+trap cleanup EXIT
+log=$SECKILL_TMP/postgresql.log
+
+# answer user: a purchase's status, or its error
+answer() { psql_val "SELECT status FROM seckill_buy('$1', '$goods')" 2>&1; }
+n=0
+sells() {
+	n=$((n + 1))
+	[ "$(answer "buyer-$n")" = ok ]
+}
+waits() { # a purchase is refused: Redis lost the epoch
+	n=$((n + 1))
+	[[ "$(answer "buyer-$n")" == *'lost the epoch'* ]]
+}
+epoch_key='seckill:{seckill}:epoch'
+had_standby() { psql_val "SELECT had_standby FROM seckill.worker_state"; }
+# waits_for ms: for that long, every purchase waits and Redis holds no epoch
+waits_for() {
+	local until=$(($(date +%s%3N) + $1)) all=0
+	while [ "$(date +%s%3N)" -lt "$until" ]; do
+		waits || all=1
+		[ "$(seckill_redis_cli EXISTS "$epoch_key")" = 0 ] || all=1
+	done
+	return $all
+}
+
+psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
+psql_val "SELECT seckill_campaign_create('$goods', 100000)" >/dev/null
+is "$(psql_val "SELECT seckill_preheat('$goods')")" 100000 "a campaign of 100,000, preheated"
+ok sells "a purchase"
+seckill_wait_for "[ \"\$(psql_val 'SELECT epoch_recorded_timeline FROM seckill.worker_state')\" = 1 ]" 10
+ok "[ $? -eq 0 ]" "seckill.worker_state remembers that this server recorded timeline 1 in Redis"
+
+# 1. A base backup with its WAL stream, then pg_receivewal for 3 s of sales
+seckill_as_postgres pg_basebackup -h 127.0.0.1 -p "$PGPORT" -U postgres -D "$work/backup" \
+	-X stream -c fast >"$work/basebackup.out" 2>&1
+ok "[ $? -eq 0 ]" "pg_basebackup -X stream of this server" || diag "$(cat "$work/basebackup.out")"
+mkdir "$work/wal" && chown postgres: "$work/wal"
+(cd "$work" && exec runuser -u postgres -- pg_receivewal -h 127.0.0.1 -p "$PGPORT" -U postgres \
+	-D "$work/wal" >"$work/receivewal.out" 2>&1) &
+RECEIVER=$!
+seckill_wait_for "[ \"\$(psql_val \"SELECT count(*) FROM pg_stat_replication WHERE application_name = 'pg_receivewal' AND state = 'streaming'\")\" = 1 ]" 10
+ok "[ $? -eq 0 ]" "pg_receivewal streams WAL from this server"
+until=$(($(date +%s%3N) + 3000))
+all=0
+while [ "$(date +%s%3N)" -lt "$until" ]; do sells || all=1; done
+ok "[ $all -eq 0 ]" "every purchase sells for 3 s while pg_receivewal streams"
+kill "$RECEIVER" && wait "$RECEIVER"
+RECEIVER=
+is "$(had_standby)" f "seckill.worker_state: neither the base backup nor pg_receivewal counts as a standby"
+seckill_redis_cli FLUSHALL >/dev/null
+t0=$(date +%s%3N)
+seckill_wait_for sells 5
+ok "[ $? -eq 0 ]" "Redis emptied (a restart without persistence): the lone server sells again in $(($(date +%s%3N) - t0)) ms, unclaimed"
+
+# 2. The claim, with seckill.redis_epoch_lost = wait
+seckill_configure "SET seckill.redis_epoch_lost = wait"
+seckill_redis_cli FLUSHALL >/dev/null
+seckill_wait_for waits 10
+ok "[ $? -eq 0 ]" "with wait, Redis emptied: purchases wait for a claim"
+session_hold "BEGIN; LOCK TABLE seckill.campaigns IN ACCESS EXCLUSIVE MODE;"
+err=$(psql_val "SELECT seckill_epoch_claim()" 2>&1)
+ok "[[ \"\$err\" == *lock* ]]" "a claim while an application locks seckill.campaigns fails: ${err//$'\n'/ }"
+session_end "COMMIT;"
+waits_for 3000
+ok "[ $? -eq 0 ]" "for 3 s after it, the lock gone, every purchase still waits and Redis holds no epoch"
+
+seckill_configure "SET seckill.worker_lock_timeout = 3000"
+session_hold "BEGIN; LOCK TABLE seckill.campaigns IN ACCESS EXCLUSIVE MODE;"
+before=$(grep -c 'drops seckill_epoch_claim()' "$log")
+err=$(psql -XAtq -c "SET seckill.request_timeout = 300" -c "SELECT seckill_epoch_claim()" 2>&1)
+ok "[[ \"\$err\" == *'did not answer'* || \"\$err\" == *timeout* || \"\$err\" == *'timed out'* ]]" \
+	"a claim that waits longer than its caller's seckill.request_timeout fails for it: ${err//$'\n'/ }"
+session_end "COMMIT;"
+seckill_wait_for "[ \$(grep -c 'drops seckill_epoch_claim()' '$log') -gt $before ]" 10
+ok "[ $? -eq 0 ]" "the worker, free of the lock, drops the claim its caller gave up on"
+waits_for 2000
+ok "[ $? -eq 0 ]" "and for 2 s after, every purchase still waits and Redis holds no epoch"
+seckill_configure "RESET seckill.worker_lock_timeout"
+
+is "$(psql_val "SELECT seckill_epoch_claim()" 2>&1)" 1 "a claim that nothing stops records timeline 1"
+seckill_wait_for sells 10
+ok "[ $? -eq 0 ]" "and the server sells"
+seckill_configure "RESET seckill.redis_epoch_lost"
+
+# 3. A newer primary (timeline 2) took the campaigns over; a Redis failover
+# lost its epoch key (this server's 1 is back there) and gave a new master
+cid=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$goods'")
+meta="seckill:{c:$cid}:meta"
+seckill_redis_cli HSET "$meta" epoch 2 stale promotion >/dev/null
+is "$(seckill_redis_cli HGET "$meta" epoch)" 2 "the campaign's hash marked by timeline 2"
+seckill_redis_cli SET "$epoch_key" 1 >/dev/null
+seckill_redis_cli SET 'seckill:{seckill}:master' 0000000000000000000000000000000000000000 >/dev/null
+seckill_redis_cli CLIENT KILL TYPE normal >/dev/null
+fenced() { [[ "$(answer "buyer-fenced-$RANDOM")" == *'another primary sells'* ]]; }
+seckill_wait_for fenced 10
+ok "[ $? -eq 0 ]" "this server, on timeline 1, finds a new master: its take-over is refused, fenced (55P03)"
+is "$(seckill_redis_cli HGET "$meta" epoch)" 2 "the campaign's hash keeps epoch 2"
+ok "grep -q 'another primary sells through this Redis' '$log'" "the log says why"
+is "$(psql_val "SELECT fenced_by_timeline FROM seckill.worker_state")" 2 "seckill.worker_state remembers the fence"
+
+done_testing

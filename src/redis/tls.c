@@ -19,6 +19,7 @@
 #include "redis/tls.h"
 
 #include <arpa/inet.h>
+#include <sys/stat.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -62,6 +63,47 @@ openssl_errors(void)
 	return buf[0] != '\0' ? buf : "no detail from OpenSSL";
 }
 
+/*
+ * OpenSSL asks for a passphrase when the key file is encrypted: the worker
+ * has no terminal, so none is given (OpenSSL would prompt on the server's
+ * and block), and the load fails, said so.
+ */
+static bool passphrase_asked = false;
+
+static int
+no_passphrase(char *buf, int size, int rwflag, void *userdata)
+{
+	passphrase_asked = true;
+	return 0;
+}
+
+/* Is the key file readable by its owner only, as the password file must be? */
+static bool
+key_file_private(char *error, size_t errorlen)
+{
+	struct stat st;
+
+	if (stat(seckill_redis_tls_key_file, &st) != 0)
+	{
+		snprintf(error, errorlen, "could not read seckill.redis_tls_key_file: %m");
+		return false;
+	}
+	if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
+	{
+		snprintf(error, errorlen, "the file named by seckill.redis_tls_key_file must be readable by its owner only (chmod 600)");
+		return false;
+	}
+	return true;
+}
+
+/* The wait for the socket in the direction OpenSSL asked, within seckill.redis_timeout. */
+static bool
+wait_as_asked(redisContext *ctx, bool write)
+{
+	return sk_tls_wait(ctx->fd, write,
+					   TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout));
+}
+
 static void
 set_ctx_error(redisContext *ctx, int type, const char *message)
 {
@@ -88,6 +130,9 @@ make_context(char *error, size_t errorlen)
 	SSL_CTX_set_min_proto_version(made, TLS1_2_VERSION);
 	SSL_CTX_set_verify(made, SSL_VERIFY_PEER, NULL);
 	SSL_CTX_set_mode(made, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+	SSL_CTX_set_default_passwd_cb(made, no_passphrase);
+	passphrase_asked = false;
+	ERR_clear_error();
 	if (seckill_redis_tls_ca_file[0] != '\0' ?
 		SSL_CTX_load_verify_locations(made, seckill_redis_tls_ca_file, NULL) != 1 :
 		SSL_CTX_set_default_verify_paths(made) != 1)
@@ -96,11 +141,15 @@ make_context(char *error, size_t errorlen)
 				 openssl_errors());
 	else if ((seckill_redis_tls_cert_file[0] != '\0') != (seckill_redis_tls_key_file[0] != '\0'))
 		snprintf(error, errorlen, "seckill.redis_tls_cert_file and seckill.redis_tls_key_file go together: set both or neither");
+	else if (seckill_redis_tls_key_file[0] != '\0' && !key_file_private(error, errorlen))
+		;						/* said why */
 	else if (seckill_redis_tls_cert_file[0] != '\0' &&
 			 (SSL_CTX_use_certificate_chain_file(made, seckill_redis_tls_cert_file) != 1 ||
 			  SSL_CTX_use_PrivateKey_file(made, seckill_redis_tls_key_file, SSL_FILETYPE_PEM) != 1 ||
 			  SSL_CTX_check_private_key(made) != 1))
-		snprintf(error, errorlen, "could not load the client certificate and key (seckill.redis_tls_cert_file, seckill.redis_tls_key_file): %s",
+		snprintf(error, errorlen, passphrase_asked ?
+				 "seckill.redis_tls_key_file is encrypted, and the worker cannot ask for its passphrase: give it the key unencrypted (openssl pkey -in KEY -out KEY.plain), readable by the server's user only (%s)" :
+				 "could not load the client certificate and key (seckill.redis_tls_cert_file, seckill.redis_tls_key_file): %s",
 				 openssl_errors());
 	else
 		return made;
@@ -193,9 +242,11 @@ sk_tls_start(redisContext *ctx, const char *host, int port, TimestampTz deadline
 	}
 	for (;;)
 	{
-		int			rc = SSL_connect(ssl);
+		int			rc;
 		int			e;
 
+		ERR_clear_error();
+		rc = SSL_connect(ssl);
 		if (rc == 1)
 			return true;
 		e = SSL_get_error(ssl, rc);
@@ -230,9 +281,11 @@ sk_tls_read(redisContext *ctx)
 		return redisBufferRead(ctx);
 	for (;;)
 	{
-		int			n = SSL_read(ssl, buf, sizeof(buf));
+		int			n;
 		int			e;
 
+		ERR_clear_error();
+		n = SSL_read(ssl, buf, sizeof(buf));
 		if (n > 0)
 		{
 			if (redisReaderFeed(ctx->reader, buf, n) != REDIS_OK)
@@ -243,8 +296,11 @@ sk_tls_read(redisContext *ctx)
 			continue;
 		}
 		e = SSL_get_error(ssl, n);
-		if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+		if (e == SSL_ERROR_WANT_READ)
 			return REDIS_OK;
+		/* a read that must write first (a renegotiation): waited for here */
+		if (e == SSL_ERROR_WANT_WRITE && wait_as_asked(ctx, true))
+			continue;
 		set_ctx_error(ctx, e == SSL_ERROR_ZERO_RETURN ? REDIS_ERR_EOF : REDIS_ERR_IO,
 					  e == SSL_ERROR_ZERO_RETURN ? "Server closed the connection" :
 					  psprintf("TLS read failed: %s", openssl_errors()));
@@ -262,17 +318,22 @@ sk_tls_write(redisContext *ctx, int *done)
 		return redisBufferWrite(ctx, done);
 	while (sdslen(ctx->obuf) > 0)
 	{
-		int			n = SSL_write(ssl, ctx->obuf, sdslen(ctx->obuf));
+		int			n;
 		int			e;
 
+		ERR_clear_error();
+		n = SSL_write(ssl, ctx->obuf, sdslen(ctx->obuf));
 		if (n > 0)
 		{
 			sdsrange(ctx->obuf, n, -1);
 			continue;
 		}
 		e = SSL_get_error(ssl, n);
-		if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ)
+		if (e == SSL_ERROR_WANT_WRITE)
 			break;
+		/* a write that must read first (a renegotiation): waited for here */
+		if (e == SSL_ERROR_WANT_READ && wait_as_asked(ctx, false))
+			continue;
 		set_ctx_error(ctx, REDIS_ERR_IO, psprintf("TLS write failed: %s", openssl_errors()));
 		return REDIS_ERR;
 	}

@@ -190,6 +190,20 @@ ok "[ $? -eq 0 ]" "with seckill.redis_tls_cert_file and _key_file, it sells agai
 use "seckill.redis_tls_cert_file = '$work/client.crt'"
 err=$(buy)
 ok "[[ \"\$err\" == *'go together'* ]]" "a certificate without its key is refused: ${err//$'\n'/ }"
+# a key file others can read, and an encrypted key (no terminal to ask for
+# its passphrase on): refused at once, saying why
+install -o postgres -m 644 "$work/client.key" "$work/open.key"
+use "seckill.redis_tls_cert_file = '$work/client.crt'" "seckill.redis_tls_key_file = '$work/open.key'"
+err=$(buy)
+ok "[[ \"\$err\" == *'seckill.redis_tls_key_file'*'chmod 600'* ]]" "a key file others can read is refused: ${err//$'\n'/ }"
+openssl pkey -in "$work/client.key" -out "$work/locked.key" -aes256 -passout pass:a-passphrase 2>/dev/null
+chown postgres "$work/locked.key" && chmod 600 "$work/locked.key"
+use "seckill.redis_tls_cert_file = '$work/client.crt'" "seckill.redis_tls_key_file = '$work/locked.key'"
+t0=$(date +%s%3N)
+err=$(buy)
+took=$(($(date +%s%3N) - t0))
+ok "[[ \"\$err\" == *'is encrypted'* ]] && [ $took -lt 2000 ]" \
+	"an encrypted key is refused in $took ms, no passphrase asked: ${err//$'\n'/ }"
 
 # a sale over TLS, with client certificates: 64 connections, the invariants
 use "seckill.redis_tls_cert_file = '$work/client.crt'" "seckill.redis_tls_key_file = '$work/client.key'"

@@ -263,7 +263,9 @@ sk_dispatch_locks(RoundItem *items, int nitems, SeckillRequestKind kind)
 		}
 	if (n == 0)
 		return;
-	if (!journal_ready_for(&request_kinds[kind]))
+	/* the fence or a lost epoch stops sales and new locks, not their holders' releases */
+	if (!journal_ready_for(&request_kinds[kind]) &&
+		!(kind == SK_REQ_UNLOCK && (sk_epoch_fenced() || sk_epoch_lost())))
 	{
 		for (int i = 0; i < n; i++)
 			sk_journal_not_ready(replies[i]);

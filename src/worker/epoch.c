@@ -62,11 +62,16 @@ static char epoch_arg[16];
 /*
  * This server's promotion onto its timeline, recorded in Redis beside the
  * epoch: a random id kept in the data directory with the timeline it was
- * taken on (read_promotion); '' when it could not be kept.
+ * taken on (read_promotion); '' when it could not be kept: then nothing
+ * sells (two standbys promoted onto one timeline would both sell), and it
+ * is tried again every PROMOTION_RETRY_MS.
  */
 #define PROMOTION_FILE "seckill_promotion"
+#define PROMOTION_RETRY_MS 1000
 static char promotion[17] = "";
 static bool promotion_read = false;
+static TimestampTz promotion_retry_at = 0;
+static bool promotion_failed = false;
 
 /* Set when Redis records a newer epoch than ours; until the worker restarts. */
 static bool fenced = false;
@@ -113,6 +118,14 @@ static struct
 	uint64		seq;
 }			claim;
 
+/*
+ * How often an epoch check found that Redis lost what this server wrote
+ * there, or may have (a new master): the lock keeper puts its leases back
+ * each time it changes (sk_epoch_losses).
+ */
+static uint32 losses = 0;
+static bool recorded_by_us = false;	/* by this worker, since it started */
+
 /* The campaigns a take-over marked stale, for the worker to rebuild. */
 static int64 *taken_over = NULL;
 static int	ntaken_over = 0;
@@ -133,6 +146,12 @@ bool
 sk_epoch_fenced(void)
 {
 	return fenced;
+}
+
+uint32
+sk_epoch_losses(void)
+{
+	return losses;
 }
 
 /* A script said a newer primary sells through this Redis. */
@@ -169,6 +188,7 @@ read_promotion(void)
 	uint8		random[(sizeof(promotion) - 1) / 2];
 
 	promotion_read = true;
+	promotion_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), PROMOTION_RETRY_MS);
 	if ((f = AllocateFile(PROMOTION_FILE, "r")) != NULL)
 	{
 		if (fscanf(f, "%u %16s", &on, id) == 2 && on == timeline && strlen(id) == sizeof(id) - 1)
@@ -183,17 +203,30 @@ read_promotion(void)
 	if ((f = AllocateFile(PROMOTION_FILE ".tmp", "w")) == NULL ||
 		fprintf(f, "%u %s\n", timeline, id) < 0 || fflush(f) != 0 || pg_fsync(fileno(f)) != 0)
 	{
-		ereport(LOG,
+		/* said once, until it is written */
+		ereport(promotion_failed ? DEBUG1 : WARNING,
 				(errcode_for_file_access(),
-				 errmsg("seckill worker could not write \"%s\": %m", PROMOTION_FILE ".tmp"),
-				 errdetail("Without it, two standbys promoted onto one timeline are not told apart.")));
+				 errmsg("seckill worker does not sell: it could not write \"%s\": %m", PROMOTION_FILE ".tmp"),
+				 errdetail("Without this server's promotion id, two standbys promoted onto one timeline would both sell."),
+				 errhint("Make the data directory writable by the server's user; the worker tries again every second.")));
+		promotion_failed = true;
 		if (f != NULL)
 			FreeFile(f);
 		return;
 	}
 	FreeFile(f);
-	if (durable_rename(PROMOTION_FILE ".tmp", PROMOTION_FILE, LOG) == 0)
+	if (durable_rename(PROMOTION_FILE ".tmp", PROMOTION_FILE, WARNING) == 0)
 		strlcpy(promotion, id, sizeof(promotion));
+	if (promotion[0] != '\0' && promotion_failed)
+		ereport(LOG, (errmsg("seckill worker wrote its promotion id in \"%s\": it sells again", PROMOTION_FILE)));
+	promotion_failed = promotion[0] == '\0';
+}
+
+/* The promotion id could not be kept: nothing sells. */
+static bool
+promotion_unkept(void)
+{
+	return promotion_read && promotion[0] == '\0';
 }
 
 /*
@@ -241,7 +274,8 @@ void
 sk_epoch_recall(void)
 {
 	(void) sk_epoch_arg();		/* sets timeline */
-	if (!promotion_read)
+	if (!promotion_read ||
+		(promotion_unkept() && GetCurrentTimestamp() >= promotion_retry_at))
 		read_promotion();
 	if (IsTransactionState())
 		return;					/* at the next gate */
@@ -313,11 +347,14 @@ failover_possible(void)
 	}
 }
 
-/* Has Redis lost the epoch this server recorded (and it waits for a claim)? */
+/*
+ * Has Redis lost the epoch this server recorded (and it waits for a claim),
+ * or could it not keep its promotion id?  It does not sell.
+ */
 bool
 sk_epoch_lost(void)
 {
-	return lost && !fenced;
+	return (lost || promotion_unkept()) && !fenced;
 }
 
 /*
@@ -382,6 +419,13 @@ lost_here(void)
 void
 sk_epoch_reply_fenced(SeckillReply *reply)
 {
+	if (!fenced && promotion_unkept())
+	{
+		seckill_reply_error(reply, SK_ERR_INVALID,
+							"seckill does not sell on this server: it could not write its promotion id (\"%s\" in the data directory); see the server log",
+							PROMOTION_FILE);
+		return;
+	}
 	if (sk_epoch_lost())
 	{
 		reply->status = SK_ERR_EPOCH_LOST;
@@ -561,7 +605,7 @@ sk_epoch_check(void)
 	const char *stale = NULL;
 
 	sk_epoch_recall();
-	if (fenced)
+	if (fenced || promotion_unkept())
 		return false;
 	sk_pipeline_init(&p);
 	for (int i = 0; i < lengthof(keys); i++)
@@ -571,6 +615,10 @@ sk_epoch_check(void)
 		return false;
 	recorded = r[0].type == REDIS_REPLY_STRING ? strtoll(r[0].str, NULL, 10) : 0;
 	master = r[1].type == REDIS_REPLY_STRING ? r[1].str : NULL;
+	/* restarted empty, flushed, failed over: whether or not it sells, it lost leases */
+	if ((recorded == 0 && (recorded_here > 0 || recorded_by_us) && !lost) ||
+		(master != NULL && sk_redis_run_id()[0] != '\0' && strcmp(master, sk_redis_run_id()) != 0))
+		losses++;
 	if (fenced_by(recorded, r[2].type == REDIS_REPLY_STRING ? r[2].str : NULL) ||
 		(recorded == 0 && lost_here()))
 		return false;
@@ -597,6 +645,18 @@ sk_epoch_check(void)
 	if (recorded == 0 && claim.on && !claim_holds())
 		return false;
 
+	/*
+	 * PostgreSQL remembers the epoch as recorded before Redis is written: a
+	 * crash in between leaves it knowing more, never less (a Redis that then
+	 * holds none is taken as having lost it).
+	 */
+	if (recorded_here < (int64) timeline)
+	{
+		record_unremembered = true;
+		sk_epoch_recall();
+		if (recorded_here < (int64) timeline)
+			return false;		/* in a transaction, or not installed: at the next check */
+	}
 	sk_pipeline_init(&p);
 	sk_pipeline_script(&p, SK_SCRIPT_EPOCH, 3, keys, 3,
 					   (const char *[]) {sk_epoch_arg(), sk_redis_run_id(), promotion});
@@ -618,6 +678,7 @@ sk_epoch_check(void)
 				(errmsg("seckill worker recorded its epoch (timeline %u) in Redis again%s",
 						timeline, claim.on ? ", as seckill_epoch_claim() asked" : "")));
 	lost = claim.on = false;
+	recorded_by_us = true;
 	if (recorded_here != (int64) timeline)
 	{
 		record_unremembered = true;

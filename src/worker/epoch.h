@@ -18,6 +18,7 @@ extern bool sk_epoch_fenced(void);
 extern bool sk_epoch_lost(void);
 extern void sk_epoch_claim(int slot, uint64 seq);
 extern void sk_epoch_claim_drop(void);
+extern uint32 sk_epoch_losses(void);
 extern void sk_epoch_fence(const char *what);
 extern void sk_epoch_recall(void);
 extern void sk_epoch_reply_fenced(SeckillReply *reply);

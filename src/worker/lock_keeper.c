@@ -25,14 +25,20 @@
 #include "storage/procarray.h"
 #include "store/store.h"
 #include "utils/timestamp.h"
+#include "worker/epoch.h"
+#include "worker/journal.h"
 #include "worker/lease.h"
+
+/* The count of Redis' losses (sk_epoch_losses) the leases were last put back for. */
+static uint32 put_back_for = 0;
 
 /* What a lease script does to a SQL caller's lock. */
 typedef enum LockStep
 {
 	STEP_TAKE,
 	STEP_RENEW,
-	STEP_GIVE
+	STEP_GIVE,
+	STEP_PUT_BACK				/* lease_ms: what is left of it */
 } LockStep;
 
 /*
@@ -73,6 +79,12 @@ lock_call(LockStep step, SeckillLockMode mode, const char *name, const char *own
 			call.script = mode == LOCK_SHARED ? SK_SCRIPT_RENEW_SHARED : SK_SCRIPT_RENEW;
 			call.nkeys = 1;
 			k = mode == LOCK_SHARED ? give_shared : take;
+			break;
+		case STEP_PUT_BACK:
+			call.args[call.nargs++] = psprintf("%d", lease_ms);
+			call.args[call.nargs++] = mode == LOCK_SHARED ? "1" : "0";
+			call.script = SK_SCRIPT_PUT_BACK;
+			call.nkeys = 2;
 			break;
 		case STEP_GIVE:
 			call.args[call.nargs++] = sk_keys_lock_channel();
@@ -225,6 +237,148 @@ granted(const SeckillRequest *request, SeckillReply *reply, TimestampTz sent)
 	reply->values[0] = token;
 }
 
+/* A lock to put back in Redis, copied out of the table. */
+typedef struct PutBack
+{
+	char		name[SK_LOCK_NAME_LEN + 1];
+	char		owner[SK_LOCK_OWNER_LEN];
+	SeckillLockMode mode;
+	int32		lease_ms;		/* a holder's: what is left of it */
+	bool		waiter;			/* a fair waiter, back in line */
+	TimestampTz since;			/* a waiter's first ask */
+} PutBack;
+
+static int
+waiters_in_order(const void *a, const void *b)
+{
+	const PutBack *x = a;
+	const PutBack *y = b;
+
+	if (x->waiter != y->waiter)
+		return x->waiter ? 1 : -1;	/* the holders first */
+	return x->since < y->since ? -1 : x->since > y->since;
+}
+
+/*
+ * Redis lost its data since the leases were last written (an epoch check
+ * found it restarted empty, flushed or failed over: sk_epoch_losses): put
+ * back every lease this cluster's callers hold, with what is left of it,
+ * then the fair waiters in the order they came, before any other lock
+ * script runs.  Every taker of this cluster goes through this worker, so
+ * none is granted a lock another of its sessions holds.  A lease another
+ * owner took meanwhile (a taker of another cluster) is lost.  Tried again
+ * at the next lock script when Redis could not be reached.
+ */
+static void
+put_back_if_lost(void)
+{
+	uint32		losses = sk_epoch_losses();
+	TimestampTz now = GetCurrentTimestamp();
+	PutBack    *locks;
+	SkScriptCall *calls;
+	int		   *result;
+	int			n = 0,
+				holders = 0,
+				lost = 0;
+	bool		failed = false;
+	char		why[SK_MESSAGE_LEN];
+
+	if (losses == put_back_for || sk_redlock_enabled())
+		return;
+	locks = palloc(sizeof(PutBack) * seckill_max_locks);
+	LWLockAcquire(seckill_lock_table->lock, LW_SHARED);
+	for (int i = 0; i < seckill_max_locks; i++)
+	{
+		SeckillLockEntry *e = &seckill_locks[i];
+		long		left = TimestampDifferenceMilliseconds(now, TimestampTzPlusMilliseconds(e->renewed_at, e->lease_ms));
+
+		if (!(e->state == LOCK_HELD && left > 0) && !(e->state == LOCK_WAITING && e->mode == LOCK_FAIR))
+			continue;
+		strlcpy(locks[n].name, e->name, sizeof(locks[n].name));
+		strlcpy(locks[n].owner, e->owner, sizeof(locks[n].owner));
+		locks[n].mode = e->mode;
+		locks[n].waiter = e->state == LOCK_WAITING;
+		locks[n].lease_ms = locks[n].waiter ? e->lease_ms : (int32) left;
+		locks[n].since = e->acquired_at;
+		holders += !locks[n].waiter;
+		n++;
+	}
+	LWLockRelease(seckill_lock_table->lock);
+	if (n == 0)
+	{
+		put_back_for = losses;
+		return;
+	}
+	qsort(locks, n, sizeof(PutBack), waiters_in_order);
+	calls = palloc(sizeof(SkScriptCall) * n);
+	for (int i = 0; i < n; i++)
+		calls[i] = lock_call(locks[i].waiter ? STEP_TAKE : STEP_PUT_BACK, locks[i].mode, locks[i].name,
+							 locks[i].owner, locks[i].lease_ms, true);
+	result = palloc(sizeof(int) * n);
+	if (!sk_lease_run(calls, n, false, result, NULL, why, sizeof(why)))
+		return;
+	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < holders; i++)
+	{
+		SeckillLockEntry *e = seckill_lock_of_owner(locks[i].owner);
+
+		failed |= result[i] == SK_LEASE_FAILED;
+		if (result[i] != SK_LEASE_NO || e == NULL || e->state != LOCK_HELD)
+			continue;
+		e->state = LOCK_LOST;
+		lost++;
+		ereport(LOG,
+				(errmsg("seckill lost lock \"%s\" of backend %d: Redis lost its lease, and another owner took the lock before the worker put it back",
+						e->name, e->owner_pid)));
+	}
+	LWLockRelease(seckill_lock_table->lock);
+	for (int i = holders; i < n; i++)
+		failed |= result[i] == SK_LEASE_FAILED;
+	if (!failed)
+		put_back_for = losses;
+	ereport(LOG,
+			(errmsg("seckill worker put back %d lock lease(s) and %d place(s) in a fair line in Redis, which had lost them%s",
+					holders - lost, n - holders, failed ? "; some were refused and are tried again" : "")));
+}
+
+/*
+ * Does another session of this cluster hold the request's lock, in a mode
+ * that keeps the request out?
+ */
+static bool
+held_here_by_another(const SeckillRequest *request)
+{
+	bool		held = false;
+
+	LWLockAcquire(seckill_lock_table->lock, LW_SHARED);
+	for (int i = 0; i < seckill_max_locks && !held; i++)
+	{
+		SeckillLockEntry *e = &seckill_locks[i];
+
+		held = e->state == LOCK_HELD && strcmp(e->name, request->lock.name) == 0 &&
+			strcmp(e->owner, request->lock.owner) != 0 &&
+			!(e->mode == LOCK_SHARED && request->lock.mode == LOCK_SHARED);
+	}
+	LWLockRelease(seckill_lock_table->lock);
+	return held;
+}
+
+/*
+ * Has Redis lost its data, unnoticed so far (flushed under a connection
+ * that stayed up)?  The epoch is checked again (worker/journal.c) and, when
+ * it was lost, the leases are put back.  True when they were.
+ */
+static bool
+put_back_if_flushed(void)
+{
+	uint32		before = put_back_for;
+
+	sk_journal_check_epoch();
+	(void) sk_journal_ready();
+	put_back_if_lost();
+	return put_back_for != before;
+}
+
 /* On the Redlock nodes, by majority and in time for its lease: one lock. */
 static void
 acquire_by_redlock(const SeckillRequest *request, SeckillReply *reply)
@@ -292,6 +446,14 @@ sk_lock_acquire_many(const SeckillRequest *const *requests, SeckillReply *const 
 		}
 		return;
 	}
+	put_back_if_lost();
+	/* a lock held here, which Redis would grant: has Redis lost its data? */
+	for (i = 0; i < n; i++)
+		if (held_here_by_another(requests[i]))
+		{
+			(void) put_back_if_flushed();
+			break;
+		}
 	calls = palloc(sizeof(SkScriptCall) * n);
 	for (i = 0; i < n; i++)
 	{
@@ -385,6 +547,7 @@ sk_lock_release_many(const SeckillRequest *const *requests, SeckillReply *const 
 	char		why[SK_MESSAGE_LEN];
 	bool		reached;
 
+	put_back_if_lost();
 	for (int i = 0; i < n; i++)
 	{
 		calls[i] = lock_call(STEP_GIVE, requests[i]->lock.mode, requests[i]->lock.name,
@@ -441,6 +604,7 @@ sk_lock_keeper_tick(void)
 	int		   *result;
 	SkScriptCall *calls;
 	char		why[SK_MESSAGE_LEN];
+	bool		put_back = false;
 
 	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < seckill_max_locks; i++)
@@ -492,6 +656,7 @@ sk_lock_keeper_tick(void)
 	LWLockRelease(seckill_lock_table->lock);
 	if (njobs == 0)
 		return next;
+	put_back_if_lost();
 
 	/* the answer of each job: SK_LEASE_YES, _NO or _FAILED */
 	calls = palloc(sizeof(SkScriptCall) * njobs);
@@ -504,6 +669,13 @@ sk_lock_keeper_tick(void)
 	if (!sk_lease_run(calls, njobs, sk_redlock_enabled(), result, NULL, why, sizeof(why)) &&
 		!sk_redlock_enabled())
 		return 1000;			/* Redis is away: try again soon */
+	/* a lease gone: lost, unless Redis lost its data (then it is put back) */
+	for (int i = 0; i < njobs && !put_back && !sk_redlock_enabled(); i++)
+		if (!jobs[i].release && result[i] == SK_LEASE_NO)
+		{
+			put_back = put_back_if_flushed();
+			break;
+		}
 
 	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < njobs; i++)
@@ -529,6 +701,8 @@ sk_lock_keeper_tick(void)
 			e->renewals++;
 			next = next < 0 ? e->lease_ms / 3 : Min(next, e->lease_ms / 3);
 		}
+		else if (put_back)
+			next = next < 0 ? 1 : Min(next, 1);	/* renewed next time */
 		else if (e->state == LOCK_HELD)
 		{
 			e->state = LOCK_LOST;

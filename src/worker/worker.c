@@ -249,11 +249,17 @@ between_rounds(void)
 	if (seckill_shared->sales_from_database && sk_journal_ready())
 		(void) sk_database_mode_leave();
 
-	/* the locks' watchdog, also while rounds keep the worker busy */
+	/*
+	 * The locks' watchdog, also while rounds keep the worker busy, and
+	 * whether or not purchases sell (the epoch lost, fenced): the epoch is
+	 * checked first, so that leases Redis lost are put back, not given up.
+	 */
 	if (GetCurrentTimestamp() >= keeper_due ||
 		pg_atomic_exchange_u32(&seckill_lock_table->changed, 0) != 0)
 	{
-		due = sk_redlock_enabled() || sk_journal_ready() ? sk_lock_keeper_tick() : 1000;
+		if (!sk_redlock_enabled())
+			(void) sk_journal_ready();
+		due = sk_lock_keeper_tick();
 		keeper_due = due < 0 ? DT_NOEND : TimestampTzPlusMilliseconds(GetCurrentTimestamp(), due);
 	}
 	/* a lease kept for a caller's next batch, and the caller stopped asking */

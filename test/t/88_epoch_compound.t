@@ -9,11 +9,15 @@
 #     reads the campaigns) or whose caller gave up (seckill.request_timeout)
 #     before it was recorded records nothing, and purchases still wait; the
 #     next claim sells;
-#  3. a take-over never lowers the epoch a newer primary wrote into the
+#  3. a promotion id that cannot be written (a directory where its file
+#     goes) fails closed: purchases are refused, naming it, until it can be
+#     written, and then sell within seconds;
+#  4. a take-over never lowers the epoch a newer primary wrote into the
 #     campaigns' hashes: after a Redis failover that kept the hashes but lost
 #     the newer primary's epoch key, this server, finding a new master and
 #     its own epoch, answers 55P03 (fenced), and the hashes keep the newer
-#     epoch.  Last: the server stays fenced.
+#     epoch; a lock held with the watchdog is still renewed while the
+#     server is fenced.  Last: the server stays fenced.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
@@ -25,7 +29,8 @@ RECEIVER=
 cleanup() {
 	[ -n "$RECEIVER" ] && kill "$RECEIVER" 2>/dev/null && wait "$RECEIVER"
 	[ -n "$SESSION_PID" ] && kill "$SESSION_PID" 2>/dev/null
-	seckill_configure "RESET seckill.redis_epoch_lost" "RESET seckill.worker_lock_timeout" >/dev/null 2>&1
+	seckill_configure "RESET seckill.redis_epoch_lost" "RESET seckill.worker_lock_timeout" \
+		"RESET seckill.lock_lease" >/dev/null 2>&1
 	[ "${SECKILL_KEEP:-0}" = 1 ] || rm -rf "$work"
 }
 trap cleanup EXIT
@@ -113,8 +118,32 @@ seckill_wait_for sells 10
 ok "[ $? -eq 0 ]" "and the server sells"
 seckill_configure "RESET seckill.redis_epoch_lost"
 
-# 3. A newer primary (timeline 2) took the campaigns over; a Redis failover
-# lost its epoch key (this server's 1 is back there) and gave a new master
+# 3. The promotion id cannot be written
+pgdata=${PGDATA:-$SECKILL_TMP/pgdata}
+rm -f "$pgdata/seckill_promotion"
+mkdir "$pgdata/seckill_promotion.tmp"
+# the id to come is new: Redis, which recorded the old one for timeline 1,
+# would fence it as another promotion onto the same timeline; it is emptied
+seckill_redis_cli FLUSHALL >/dev/null
+seckill_pg_restart
+unkept() { [[ "$(answer "buyer-unkept-$RANDOM")" == *'could not write its promotion id'* ]]; }
+seckill_wait_for unkept 10
+ok "[ $? -eq 0 ]" "the promotion id cannot be written: purchases are refused, naming it"
+ok "grep -q 'does not sell: it could not write \"seckill_promotion.tmp\"' '$log'" "the log says why"
+rmdir "$pgdata/seckill_promotion.tmp"
+t0=$(date +%s%3N)
+seckill_wait_for sells 10
+ok "[ $? -eq 0 ]" "the way cleared, the worker writes it and sells again in $(($(date +%s%3N) - t0)) ms"
+ok "[ -s '$pgdata/seckill_promotion' ]" "the promotion id is kept in the data directory"
+
+# 4. A newer primary (timeline 2) took the campaigns over; a Redis failover
+# lost its epoch key (this server's 1 is back there) and gave a new master.
+# A lock is held meanwhile, its lease 600 ms, renewed by the watchdog.
+seckill_configure "SET seckill.lock_lease = 600"
+session_hold "SELECT seckill_lock('compound-lock');"
+renewals() { psql_val "SELECT renewals FROM seckill.locks WHERE name = 'compound-lock' AND state = 'held'"; }
+seckill_wait_for "[ \"\$(renewals)\" -ge 1 ]" 5
+ok "[ $? -eq 0 ]" "a lock held with a lease of 600 ms, renewed by the watchdog"
 cid=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$goods'")
 meta="seckill:{c:$cid}:meta"
 seckill_redis_cli HSET "$meta" epoch 2 stale promotion >/dev/null
@@ -128,5 +157,11 @@ ok "[ $? -eq 0 ]" "this server, on timeline 1, finds a new master: its take-over
 is "$(seckill_redis_cli HGET "$meta" epoch)" 2 "the campaign's hash keeps epoch 2"
 ok "grep -q 'another primary sells through this Redis' '$log'" "the log says why"
 is "$(psql_val "SELECT fenced_by_timeline FROM seckill.worker_state")" 2 "seckill.worker_state remembers the fence"
+r0=$(renewals)
+seckill_wait_for "[ \"\$(renewals)\" -ge $((r0 + 5)) ]" 5
+ok "[ $? -eq 0 ]" "while the server is fenced, the lock is still renewed ($r0 renewals, then $(renewals))"
+is "$(seckill_redis_cli EXISTS 'seckill:{lock:compound-lock}')" 1 "... and its lease is in Redis"
+session_end "SELECT seckill_unlock('compound-lock');"
+is "$(tail -n 1 "$SESSION_OUT")" t "... and its holder releases it, held to the end"
 
 done_testing

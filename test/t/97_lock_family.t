@@ -7,8 +7,9 @@
 # lease, while a taker that does not wait still cannot jump the line; a
 # terminated waiter leaves the line at once; an exclusive taker waits for
 # a stream of shared holders for a bounded time only, while shared holders
-# coexist; and Redis restarted empty under queued waiters leaves them
-# holding the lock one at a time, each with a newer token (a waiter rides
+# coexist; and Redis restarted empty under a holder and its queued waiters:
+# the worker puts the holder's lease back, the waiters get the lock only
+# after its release, one at a time, each with a newer token (a waiter rides
 # out Redis away until its wait ends, then fails naming Redis).
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
@@ -157,18 +158,27 @@ for k in $(seq 1 8); do
 	fair_taker boom "$k" '20 s' 0.1
 done
 seckill_wait_for "[ \$(waiting boom) -ge 8 ]" 10
+put_backs() { grep -c 'seckill worker put back 1 lock lease' "$SECKILL_TMP/postgresql.log"; }
+before=$(put_backs)
 seckill_redis_restart_empty 7>&-	# the daemon must not hold the holder's input open
+seckill_wait_for "[ \$(put_backs) -gt $before ]" 10
+ok "[ $? -eq 0 ]" "Redis restarted empty under the holder: the worker put its lease back"
+seckill_wait_for "[ \$(waiting boom) -ge 8 ]" 10
+is "$(psql_val "SELECT count(*) FROM fam_grants WHERE name = 'boom'")" 0 "... the 8 waiters still wait in line, none granted"
+# the holder releases, held to the end: its hold is row k = 0
+session_end "INSERT INTO fam_grants (name, k, token, granted_at, released_at)
+	SELECT 'boom', 0, $first, '-infinity', clock_timestamp() FROM seckill_unlock('boom') AS held WHERE held;"
 wait $(cat "$work"/pid-boom-*)
-session_end "SELECT seckill_unlock('boom');"
+is "$(psql_val "SELECT count(*) FROM fam_grants WHERE name = 'boom' AND k = 0")" 1 "... and it still held the lock at its release"
 failed=$(grep -l ERROR "$work"/out-boom-* | wc -l)
 is "$(psql_val "SELECT count(*) FILTER (WHERE newer) || '/' || count(*) FROM (SELECT
-	token > lag(token, 1, $first) OVER (ORDER BY granted_at) AS newer FROM fam_grants WHERE name = 'boom') g") $failed" \
+	token > lag(token, 1, $first) OVER (ORDER BY granted_at) AS newer FROM fam_grants WHERE name = 'boom' AND k > 0) g") $failed" \
 	"$((8 - failed))/$((8 - failed)) $failed" \
-	"Redis restarted empty under 8 fair waiters: $((8 - failed)) got the lock, each with a token newer than the last holder's; $failed failed"
+	"then the 8 fair waiters: $((8 - failed)) got the lock, each with a token newer than the last holder's; $failed failed"
 ok "[ $failed -lt 8 ]" "... the line moved on"
 is "$(psql_val "SELECT count(*) FROM fam_grants a JOIN fam_grants b ON a.name = b.name AND a.k < b.k
 	WHERE a.name = 'boom' AND a.granted_at < b.released_at AND b.granted_at < a.released_at")" 0 \
-	"... one at a time: no two holds overlap"
+	"... one at a time, after the holder: no two holds overlap"
 is "$(cat "$work"/out-boom-* | grep ERROR | grep -vc 'seckill could not reach Redis')" 0 \
 	"... each failure named Redis as its cause" || diag "$(cat "$work"/out-boom-*)"
 

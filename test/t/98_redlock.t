@@ -43,13 +43,13 @@ ok "[ $? -eq 0 ]" "three Redlock nodes configured (a restart)"
 prefix=$(psql_val "SHOW seckill.redis_prefix")
 key="$prefix:{lock:rl}"
 
-psql -XAtq -c "SELECT seckill_lock('rl')" -c "SELECT pg_sleep(1)" >/dev/null 2>&1 &
-holder=$!
+# the holder keeps it until its session ends
+session_hold "SELECT seckill_lock('rl');"
 seckill_wait_for "[ \"\$(psql_val \"SELECT count(*) FROM seckill.locks WHERE name = 'rl'\")\" = 1 ]" 5
 is "$(holders "$key")" "1 1 1" "a lock is a lease on every node"
 is "$(seckill_redis_cli EXISTS "$key")" 0 "and not on the main Redis"
 is "$(psql_val "SELECT seckill_lock('rl', '200 ms') IS NULL")" t "another session does not get it"
-wait "$holder"
+session_end "SELECT 1;"
 seckill_wait_for "[ \"\$(holders '$key')\" = '0 0 0' ]" 5
 ok "[ $? -eq 0 ]" "released on every node when its session ends"
 

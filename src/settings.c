@@ -250,7 +250,7 @@ seckill_define_gucs(void)
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomEnumVariable("seckill.redis_epoch_lost",
 							 "What a server does when Redis lost the epoch it recorded there: auto, rebuild, or wait.",
-							 "With rebuild, the server takes Redis for a new one, records its epoch again and rebuilds the campaigns from PostgreSQL.  With wait, it does not sell until seckill_epoch_claim() is called on it or it is promoted: a primary left behind by a failover that it never saw then cannot sell on through a Redis that forgot the failover.  With auto, wait on a server that has streamed WAL to a standby or was promoted (its timeline is past 1), rebuild on the others.",
+							 "With rebuild, the server takes Redis for a new one, records its epoch again and rebuilds the campaigns from PostgreSQL.  With wait, it does not sell until seckill_epoch_claim() is called on it or it is promoted: a primary left behind by a failover that it never saw then cannot sell on through a Redis that forgot the failover.  With auto, wait on a server that has streamed WAL to a standby on its timeline, or was promoted and has not recorded its timeline yet; rebuild on the others.",
 							 &seckill_redis_epoch_lost, SK_EPOCH_LOST_AUTO, redis_epoch_lost_modes,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomStringVariable("seckill.redlock_nodes",

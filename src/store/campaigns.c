@@ -262,7 +262,8 @@ store_remember_fence(int64 timeline)
  * timeline as the epoch in Redis (timeline above 0), so that Redis losing
  * it is told from a Redis never used, and that it has streamed WAL to a
  * standby (had_standby), so that a failover it may never learn of is
- * possible (seckill.redis_epoch_lost).
+ * possible (seckill.redis_epoch_lost).  A newer timeline recorded starts
+ * had_standby afresh: a promoted standby inherits its old primary's row.
  */
 void
 store_remember_epoch(int64 timeline, bool had_standby)
@@ -273,7 +274,8 @@ store_remember_epoch(int64 timeline, bool had_standby)
 	store_begin("seckill: remember the epoch recorded");
 	store_run("UPDATE seckill.worker_state SET "
 			  "epoch_recorded_timeline = CASE WHEN $1 > 0 THEN $1 ELSE epoch_recorded_timeline END, "
-			  "had_standby = had_standby OR $2, changed_at = pg_catalog.now()",
+			  "had_standby = CASE WHEN $1 > COALESCE(epoch_recorded_timeline, 0) THEN $2 ELSE had_standby OR $2 END, "
+			  "changed_at = pg_catalog.now()",
 			  2, types, values, SPI_OK_UPDATE);
 	store_commit();
 }

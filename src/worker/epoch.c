@@ -294,7 +294,9 @@ sk_epoch_recall(void)
 
 		recalled_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
 		recalled = store_epoch_state(&by, &recorded_here, &remembered_standby);
-		had_standby |= remembered_standby;
+		/* a standby of this timeline's: not one its old primary had, in the row it inherited */
+		if (recorded_here >= (int64) timeline)
+			had_standby |= remembered_standby;
 		if (by > (int64) timeline && !fenced)
 		{
 			fenced = true;
@@ -337,10 +339,10 @@ failover_possible(void)
 		case SK_EPOCH_LOST_WAIT:
 			return "seckill.redis_epoch_lost is wait";
 		case SK_EPOCH_LOST_AUTO:
-			if (timeline > 1)
-				return "this server was promoted (its timeline is past 1) and seckill.redis_epoch_lost is auto";
 			if (had_standby)
-				return "this server has streamed WAL to a standby and seckill.redis_epoch_lost is auto";
+				return "this server has streamed WAL to a standby on its timeline and seckill.redis_epoch_lost is auto";
+			if (timeline > 1 && recorded_here < (int64) timeline)
+				return "this server was promoted (or recovered to a point in time) and had not recorded its timeline in Redis yet, and seckill.redis_epoch_lost is auto";
 			return NULL;
 		default:
 			return NULL;
@@ -395,9 +397,11 @@ claim_holds(void)
 }
 
 /*
- * Redis holds no epoch: lost, when this server recorded its own timeline
- * there and seckill.redis_epoch_lost is wait, until claimed; otherwise a
- * Redis never used (or one whose loss is taken as such), where it records.
+ * Redis holds no epoch: lost, where a failover this server may not have
+ * seen is possible (failover_possible) and it recorded its own timeline
+ * there, or was promoted onto it, until claimed; otherwise a Redis never
+ * used (or one whose loss is taken as such), where it records.  A lone
+ * server that recorded its timeline is the newest primary it knows of.
  */
 static bool
 lost_here(void)
@@ -405,7 +409,7 @@ lost_here(void)
 	bool		was = lost;
 	const char *why = failover_possible();
 
-	lost = why != NULL && !claim_holds() && recorded_here >= (int64) timeline;
+	lost = why != NULL && !claim_holds() && (recorded_here >= (int64) timeline || timeline > 1);
 	if (lost && !was)
 		ereport(WARNING,
 				(errmsg("seckill worker does not sell: Redis has lost the epoch this server recorded there (timeline %u)",
@@ -627,7 +631,7 @@ sk_epoch_check(void)
 		why = psprintf("timeline %u after timeline " INT64_FORMAT ": a promoted standby", timeline, recorded);
 		stale = "promotion";
 	}
-	else if (recorded == 0 && claim.on && recorded_here >= (int64) timeline)
+	else if (recorded == 0 && claim.on)
 	{
 		/* what Redis still holds is checked against PostgreSQL */
 		why = pstrdup("Redis has lost the epoch this server recorded there; seckill_epoch_claim() was run");

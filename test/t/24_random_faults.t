@@ -8,9 +8,10 @@
 # stops Redis, restarts it empty, cuts the network to it (the worker reaches
 # Redis through a socat relay that is frozen), restarts PostgreSQL at once,
 # and acts as a DBA mid-sale: reconcile, restock, release of expired orders,
-# cancellation of orders.  Then everything is healed and the checker holds
+# cancellation of orders.  Beside the sale, 6 sessions take a fair lock in
+# turn and log each hold.  Then everything is healed and the checker holds
 # the log against the invariants of shared/DESIGN.md (I1-I9), each on a line
-# of its own.
+# of its own, and the holds: never two holders at once.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
@@ -27,6 +28,7 @@ work=$(mktemp -d -p "$SECKILL_TMP" faults.XXXXXX)
 relay_port=$SECKILL_OWN_PORT
 relay=
 client=
+holders=
 ports_free SECKILL_REDIS_PORT "$relay_port"
 
 now_ms() { date +%s%3N; }
@@ -54,6 +56,7 @@ heal() {
 }
 cleanup() {
 	[ -n "$client" ] && kill "$client" 2>/dev/null && wait "$client"
+	[ -n "$holders" ] && kill "$holders" 2>/dev/null && wait "$holders"
 	heal >/dev/null 2>&1
 	seckill_configure "RESET seckill.redis_port" >/dev/null 2>&1
 	[ -n "$relay" ] && relay_signal TERM
@@ -100,6 +103,9 @@ client=$!
 oks() { grep -c $'\tok\t' "$work/answers.log"; }
 seckill_wait_for "[ \$(oks) -ge 100 ]" 30
 ok "[ $? -eq 0 ]" "the sale is under way: $connections connections, $pairs of them pairs of double clicks" || done_testing
+/usr/bin/python3 "$SECKILL_ROOT/test/t/fault_client.py" locks "$work/locks.log" "$work/stop" 6 "rf-lock-$seed" \
+	2>"$work/holders.err" &
+holders=$!
 started=$(now_ms)
 
 # The nemesis: every kind of action once in an order of the seed's, then
@@ -264,6 +270,10 @@ ok "[ $? -eq 0 ]" "the client stopped"
 wait "$client"
 client=
 [ -s "$work/client.err" ] && diag "client's stderr: $(head -20 "$work/client.err")"
+seckill_wait_for "! kill -0 $holders 2>/dev/null" 30
+wait "$holders"
+holders=
+[ -s "$work/holders.err" ] && diag "lock holders' stderr: $(head -20 "$work/holders.err")"
 
 # What seckill_order() tells now of every purchase of unknown fate, and what
 # the request slots of fresh sessions, more than the client had, find
@@ -431,6 +441,14 @@ is "$(grep -Ec '^(live|thawed) [^a]' "$work/slots.log")" 0 \
 is "$(psql_val "SELECT coalesce(string_agg(DISTINCT sqlstate || ' ' || left(message, 100), '; '), '') FROM rf_answers
 	WHERE kind = 'A' AND status = 'error' AND NOT ($unknown_fate OR sqlstate IN ('SK002', '55P03'))")" "" \
 	"10. every error has a documented SQLSTATE"
+
+# 11. The lock's holds that ended: no two at once, each token newer than
+# those granted before
+alone=$(/usr/bin/python3 "$SECKILL_ROOT/test/t/fault_client.py" alone "$work/locks.log")
+diag "lock holders: $alone; errors: $(awk -F'\t' '$1 == "E" { print $4 }' "$work/locks.log" | sort | uniq -c | xargs)"
+read -r _ holds _ ended _ unlocked_false _ overlaps _ older <<<"$alone"
+ok "[ ${ended:-0} -ge 100 ]" "11. the lock was held $ended times through the faults"
+is "$overlaps $older" "0 0" "11. never two lock holders at once, tokens rising in grant order ($unlocked_false releases answered false)"
 
 [ "$TAP_FAILED" -gt 0 ] && diag "the nemesis (s into the run, ms it took):" \
 	"$(awk -F'\t' -v s="$started" '{ printf "%7.1f %6d %s: %s\n", ($1 - s) / 1000, $2 - $1, $3, $4 }' "$work/nemesis.log")"

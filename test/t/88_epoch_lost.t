@@ -7,13 +7,15 @@
 # prefix, the epoch too.  The old primary, restarted, never saw the
 # failover: it finds no epoch where it recorded its own, and refuses to sell
 # (55P03, status epoch_lost, the claim in the hint) without writing a key
-# to Redis; so does the new primary, until a DBA runs seckill_epoch_claim()
-# on it.  Then the new primary sells, Redis agrees with it without a
-# reconcile, and the old one is fenced for good: its own claim is refused
-# and it remembers the timeline that fenced it.  Redis emptied under the
-# running primary makes it wait too.  With rebuild, a primary whose Redis
-# lost the epoch records it again by itself and sells (as auto does on a
-# server that never had a standby: 21_sold_out_revives.t).
+# to Redis.  The new primary, set to wait, waits too, until a DBA runs
+# seckill_epoch_claim() on it.  Then the new primary sells, Redis agrees
+# with it without a reconcile, and the old one is fenced for good: its own
+# claim is refused and it remembers the timeline that fenced it.  Redis
+# emptied under the running primary makes it wait too.  With rebuild, a
+# primary whose Redis lost the epoch records it again by itself and sells;
+# so does the new primary with auto: it recorded its timeline and has had
+# no standby of its own, so it is the newest primary it knows of (its
+# inherited row, where the old primary had a standby, does not count).
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
@@ -112,7 +114,8 @@ is "$(prefix_keys)" 0 "old primary: Redis untouched, no key of the prefix writte
 ok "grep -q 'Redis has lost the epoch this server recorded there (timeline 1)' '$work/a.log'" \
 	"old primary: its log says why it does not sell"
 
-# The new primary comes back too: it waits as well, until claimed
+# The new primary comes back too, set to wait: it waits as well, until claimed
+echo "seckill.redis_epoch_lost = 'wait'" >>"$work/b/postgresql.conf"
 pgctl b -w start >/dev/null && seckill_wait_for "ready $b_port" 30
 new=$(answer "$b_port" new-1)
 grep -q 'ERROR:  55P03:.*lost the epoch' <<<"$new"
@@ -180,5 +183,13 @@ is "$(answer "$b_port" running-2)" ok "it sells again"
 val "$b_port" "ALTER SYSTEM SET seckill.redis_epoch_lost = rebuild" >/dev/null && val "$b_port" "SELECT pg_reload_conf()" >/dev/null
 flush_prefix
 is "$(answer "$b_port" rebuild-1)" ok "with rebuild, a primary whose Redis lost the epoch records it again and sells"
+is "$(rcli get "$epoch_key")" 2 "Redis holds timeline 2"
+is "$(val "$b_port" "SELECT had_standby FROM seckill.worker_state")" f \
+	"the new primary's row: no standby on its timeline (the old primary's, inherited, was dropped when it recorded timeline 2)"
+val "$b_port" "ALTER SYSTEM SET seckill.redis_epoch_lost = auto" >/dev/null && val "$b_port" "SELECT pg_reload_conf()" >/dev/null
+flush_prefix
+t0=$(date +%s%3N)
+seckill_wait_for "[ \"\$(answer $b_port auto-\$RANDOM)\" = ok ]" 10
+ok "[ $? -eq 0 ]" "with auto, the new primary, newest of those it knows, sells again unclaimed in $(($(date +%s%3N) - t0)) ms"
 is "$(rcli get "$epoch_key")" 2 "Redis holds timeline 2"
 done_testing

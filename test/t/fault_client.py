@@ -35,6 +35,23 @@ For every user and goods with an answer of unknown fate in LOG: what
 seckill_order() answers now, and what seckill.orders holds, to OUT:
 "user goods status order_id sqlstate table_status table_order_id".
 
+    fault_client.py locks LOG STOP_FILE HOLDERS NAME
+
+HOLDERS connections take the fair lock NAME in turn (waiting up to 5 s),
+hold it 5 to 30 ms and release it, until STOP_FILE exists.  Each hold to
+LOG: "H conn token t_from t_to kept", t_from right after the grant and t_to
+right before the release by PostgreSQL's clock (microseconds), kept what
+seckill_unlock() answered (\\N when it failed, t_to \\N when the session
+broke first); each failed call: "E conn t sqlstate message".
+
+    fault_client.py alone LOG
+
+The holds of LOG checked: "holds N ended E unlocked_false F overlaps O
+older_tokens T": of the holds that ended (t_to known; whatever the release
+answered: false when the lease had gone, or Redis failed then), those that
+began before an earlier one ended, and those whose token is older than one
+granted before them.
+
     fault_client.py slots SESSIONS GOODS OUT
 
 SESSIONS new connections, all open at once, ask seckill_order() of GOODS,
@@ -284,6 +301,60 @@ def run(log_path, monitor_path, stop_file, seed, connections, pairs, specs):
         t.join()
 
 
+def locks(log_path, stop_file, holders, name):
+    log = Log(log_path)
+    clock = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+
+    def holder(number):
+        conn = None
+        while not os.path.exists(stop_file):
+            token = t_from = t_to = None
+            try:
+                if conn is None or conn.closed or conn.broken:
+                    conn = connect()
+                token = conn.execute("SELECT seckill_lock_fair(%s, '5 s')", (name,)).fetchone()[0]
+                if token is None:
+                    continue
+                t_from = conn.execute(clock).fetchone()[0]
+                time.sleep(random.uniform(0.005, 0.03))
+                t_to = conn.execute(clock).fetchone()[0]
+                kept = conn.execute("SELECT seckill_unlock(%s)", (name,)).fetchone()[0]
+                log.write("H", number, token, t_from, t_to, "t" if kept else "f")
+            except psycopg.Error as err:
+                if t_from is not None:
+                    log.write("H", number, token, t_from, t_to, None)
+                log.write("E", number, now_ms(), err.sqlstate or "conn", err)
+                time.sleep(0.1)
+        if conn is not None:
+            conn.close()
+
+    threads = [threading.Thread(target=holder, args=(i,)) for i in range(int(holders))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def alone(log_path):
+    holds = []
+    with open(log_path) as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            if fields[0] == "H":
+                holds.append((int(fields[3]), None if fields[4] == "\\N" else int(fields[4]),
+                              int(fields[2]), fields[5]))
+    ended = sorted(h for h in holds if h[1] is not None)
+    unlocked_false = sum(1 for h in holds if h[3] == "f")
+    # in the order of their grants: a hold that begins before an earlier one ended overlaps it
+    overlaps = older = 0
+    end = token = 0
+    for t_from, t_to, tok, _ in ended:
+        overlaps += t_from < end
+        older += tok < token
+        end, token = max(end, t_to), max(token, tok)
+    print(f"holds {len(holds)} ended {len(ended)} unlocked_false {unlocked_false} overlaps {overlaps} older_tokens {older}")
+
+
 def resolve(log_path, out_path):
     asked = []
     seen = set()
@@ -373,5 +444,9 @@ if __name__ == "__main__":
         resolve(*args)
     elif mode == "slots":
         slots(*args)
+    elif mode == "locks":
+        locks(*args)
+    elif mode == "alone":
+        alone(*args)
     else:
         sys.exit(f"unknown mode {mode}")

@@ -379,6 +379,41 @@ put_back_if_flushed(void)
 	return put_back_for != before;
 }
 
+/*
+ * Redis granted a lock that another session here holds: it lost its data
+ * since it was last checked (flushed between the check and the grant).  The
+ * grants are given back, the leases put back, and the takers told busy: they
+ * ask again.  Where the give-back fails, the grant stands.
+ */
+static void
+refuse_grants_held_here(const SeckillRequest *const *requests, int *result, const bool *contended, int n)
+{
+	SkScriptCall *calls = palloc(sizeof(SkScriptCall) * n);
+	int		   *given = palloc(sizeof(int) * n);
+	int		   *which = palloc(sizeof(int) * n);
+	int			m = 0;
+	char		why[SK_MESSAGE_LEN];
+
+	for (int i = 0; i < n; i++)
+		if (contended[i] && result[i] == SK_LEASE_YES)
+		{
+			calls[m] = lock_call(STEP_GIVE, requests[i]->lock.mode, requests[i]->lock.name,
+								 requests[i]->lock.owner, 0, false);
+			which[m++] = i;
+		}
+	if (m == 0 || !sk_lease_run(calls, m, false, given, NULL, why, sizeof(why)))
+		return;
+	for (int k = 0; k < m; k++)
+		if (given[k] != SK_LEASE_FAILED)
+			result[which[k]] = SK_LEASE_NO;
+	ereport(LOG,
+			(errmsg("seckill worker gave back %d grant(s) of a lock another session here holds: Redis had lost its lease",
+					m)));
+	sk_journal_check_epoch();
+	(void) sk_journal_ready();
+	put_back_if_lost();
+}
+
 /* On the Redlock nodes, by majority and in time for its lease: one lock. */
 static void
 acquire_by_redlock(const SeckillRequest *request, SeckillReply *reply)
@@ -428,6 +463,8 @@ sk_lock_acquire_many(const SeckillRequest *const *requests, SeckillReply *const 
 	SkScriptCall *calls;
 	int		   *result;
 	int		   *places;
+	bool	   *contended;
+	bool		any_contended = false;
 	char		why[SK_MESSAGE_LEN];
 	volatile int i;
 
@@ -448,12 +485,11 @@ sk_lock_acquire_many(const SeckillRequest *const *requests, SeckillReply *const 
 	}
 	put_back_if_lost();
 	/* a lock held here, which Redis would grant: has Redis lost its data? */
+	contended = palloc(sizeof(bool) * n);
 	for (i = 0; i < n; i++)
-		if (held_here_by_another(requests[i]))
-		{
-			(void) put_back_if_flushed();
-			break;
-		}
+		any_contended |= contended[i] = held_here_by_another(requests[i]);
+	if (any_contended)
+		(void) put_back_if_flushed();
 	calls = palloc(sizeof(SkScriptCall) * n);
 	for (i = 0; i < n; i++)
 	{
@@ -474,6 +510,8 @@ sk_lock_acquire_many(const SeckillRequest *const *requests, SeckillReply *const 
 		}
 		return;
 	}
+	if (any_contended)
+		refuse_grants_held_here(requests, result, contended, n);
 	PG_TRY();
 	{
 		for (i = 0; i < n; i++)

@@ -9,6 +9,7 @@
 #  3. the master killed (SIGKILL) while the replica's link to it, through a
 #     TCP relay (socat), is frozen with SIGSTOP: the promoted replica lacks
 #     acknowledged purchases, and the rebuild repairs them without a reconcile;
+#     a lock taken meanwhile, which it lacks too, is put back, still held;
 #  4. the old master restarted empty: it rejoins as a replica, sales go on;
 #     then 8 sessions waiting in a fair lock's line across a SENTINEL
 #     FAILOVER each get the lock in turn with a newer token, or an error;
@@ -192,13 +193,16 @@ comp=$(compensations)
 socat TCP-LISTEN:"$relay_port",bind=127.0.0.1,reuseaddr,fork TCP:127.0.0.1:"$master" &
 relay=$!
 seckill_wait_for "(exec 3<>/dev/tcp/127.0.0.1/$relay_port) 2>/dev/null" 10
-crowd 14 kill
+# (a crowd long enough to outlast the promotion and the rebuild on a busy machine)
+crowd 24 kill
 rcli "$replica" REPLICAOF 127.0.0.1 "$relay_port" >/dev/null
 seckill_wait_for "replicates $replica $relay_port" 10
 ok "[ $? -eq 0 ]" "kill: the replica replicates through a relay on port $relay_port" || finish
 seckill_wait_for "[ \$(oks_since '$since') -ge 500 ]" 30
 ok "[ $? -eq 0 ]" "kill: the sale is under way" || finish
 relay_signal STOP
+# a lock taken now: the replica never hears of it
+session_hold "SELECT seckill_lock('sentinel-lost');"
 frozen=$(sale_orders)
 seckill_wait_for "sale_orders_at_least $((frozen + 500))" 15
 ok "[ $? -eq 0 ]" "kill: the link frozen, the master takes 500 more orders"
@@ -220,6 +224,11 @@ ok "[ $? -eq 0 ]" "kill: master killed, the sentinels promote the replica ($(($(
 } 2>/dev/null
 relay=
 resumed "kill" "$replica"
+is "$(psql_val "SELECT seckill_lock('sentinel-lost', '300 ms') IS NULL")" t \
+	"kill: a lock taken after the link froze is still its holder's: another session does not get it"
+is "$(rcli "$replica" EXISTS "seckill:{lock:sentinel-lost}")" 1 "kill: the worker put its lease back on the promoted replica"
+session_end "SELECT seckill_unlock('sentinel-lost');"
+is "$(tail -n 1 "$SESSION_OUT")" t "kill: its holder releases it, held throughout"
 after "kill" "$since" "$mark" "$replica" "$comp"
 old=$master
 master=$replica

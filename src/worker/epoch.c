@@ -92,6 +92,13 @@ static int64 recorded_here = 0;
 static bool record_unremembered = false;
 
 /*
+ * Remembered as recorded before Redis was written, and not written yet:
+ * this worker decided to record, so a Redis without the epoch is not one
+ * that lost it (a restart forgets this: then it is, and the server waits).
+ */
+static bool record_pending = false;
+
+/*
  * This server has streamed WAL to a standby (as PostgreSQL remembers it, or
  * seen since), not yet remembered; when a standby is looked for next.
  */
@@ -409,7 +416,8 @@ lost_here(void)
 	bool		was = lost;
 	const char *why = failover_possible();
 
-	lost = why != NULL && !claim_holds() && (recorded_here >= (int64) timeline || timeline > 1);
+	lost = why != NULL && !claim_holds() && !record_pending &&
+		(recorded_here >= (int64) timeline || timeline > 1);
 	if (lost && !was)
 		ereport(WARNING,
 				(errmsg("seckill worker does not sell: Redis has lost the epoch this server recorded there (timeline %u)",
@@ -656,7 +664,7 @@ sk_epoch_check(void)
 	 */
 	if (recorded_here < (int64) timeline)
 	{
-		record_unremembered = true;
+		record_unremembered = record_pending = true;
 		sk_epoch_recall();
 		if (recorded_here < (int64) timeline)
 			return false;		/* in a transaction, or not installed: at the next check */
@@ -681,7 +689,7 @@ sk_epoch_check(void)
 		ereport(LOG,
 				(errmsg("seckill worker recorded its epoch (timeline %u) in Redis again%s",
 						timeline, claim.on ? ", as seckill_epoch_claim() asked" : "")));
-	lost = claim.on = false;
+	lost = claim.on = record_pending = false;
 	recorded_by_us = true;
 	if (recorded_here != (int64) timeline)
 	{

@@ -124,8 +124,10 @@ rm -f "$pgdata/seckill_promotion"
 mkdir "$pgdata/seckill_promotion.tmp"
 # the id to come is new: Redis, which recorded the old one for timeline 1,
 # would fence it as another promotion onto the same timeline; it is emptied
+# while the server is down
+seckill_pg_ctl -w -m fast stop >/dev/null
 seckill_redis_cli FLUSHALL >/dev/null
-seckill_pg_restart
+seckill_pg_ctl -w start >/dev/null && seckill_wait_for seckill_pg_ready 30
 unkept() { [[ "$(answer "buyer-unkept-$RANDOM")" == *'could not write its promotion id'* ]]; }
 seckill_wait_for unkept 10
 ok "[ $? -eq 0 ]" "the promotion id cannot be written: purchases are refused, naming it"

@@ -25,11 +25,15 @@
  * it never saw would then find no newer epoch and sell on.  PostgreSQL
  * remembers the timeline this server recorded, so a missing epoch is told
  * from a Redis never used, and whether it has streamed WAL to a standby.
- * Where a failover is possible (seckill.redis_epoch_lost = wait, or auto on
- * a server that had a standby or was promoted) such a server does not sell
- * (SK_ERR_EPOCH_LOST) until seckill_epoch_claim() is run on it, the DBA's
- * word that it is the primary (sk_epoch_claim), or it is promoted onto a
- * newer timeline.
+ * Where this server may have been superseded by a failover it did not see
+ * (seckill.redis_epoch_lost = wait; or auto on a server that has seen a
+ * standby on its timeline, or was promoted and has not recorded its
+ * timeline yet) it does not sell (SK_ERR_EPOCH_LOST) until
+ * seckill_epoch_claim() is run on it, the DBA's word that it is the primary
+ * (sk_epoch_claim), or it is promoted onto a newer timeline; elsewhere it
+ * is the newest primary it knows of, and records its epoch again.  Each
+ * such loss is counted for the lock keeper, which puts back the leases it
+ * holds (sk_epoch_losses).
  *
  * Order ids: each block is recorded in Redis before its first id is used.
  * A promoted primary whose sequence lost the last blocks to asynchronous

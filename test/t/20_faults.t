@@ -44,7 +44,9 @@ diag "immediate stop: worker back in $(($(date +%s%3N) - started)) ms"
 wait "$SALE_CROWD"
 
 # 3. Redis restarts empty mid-sale: buying resumes only after the rebuild
-sale_crowd 10 redis
+# (a crowd long enough to outlast the restart and the rebuild on a busy
+# machine)
+sale_crowd 20 redis
 before=$(sale_orders)
 seckill_wait_for "sale_orders_at_least $((before + 1000))" 30
 ok "[ $? -eq 0 ]" "redis: the sale is under way"

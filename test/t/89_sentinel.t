@@ -281,7 +281,7 @@ done
 seckill_wait_for "[ \$(psql_val \"SELECT count(*) FROM seckill.locks WHERE name = 'sentinel-line' AND state = 'waiting'\") = 8 ]" 10
 ok "[ $? -eq 0 ]" "line: 8 sessions wait in a fair lock's line behind a holder" || finish
 is "$(rcli "${sentinel_ports[0]}" SENTINEL FAILOVER mymaster)" OK "line: SENTINEL FAILOVER mymaster while they wait"
-seckill_wait_for "named_by_all $replica" 15
+seckill_wait_for "named_by_all $replica" 30
 ok "[ $? -eq 0 ]" "line: every sentinel names the replica the master" || finish
 session_end "SELECT seckill_unlock('sentinel-line');"
 wait "${waiters[@]}"

@@ -70,5 +70,5 @@ rules=$template/rules.yml
 	echo "  - par: '**'"
 } >"$rules"
 
-HARNESS_RULESFILE=$rules prove --timer -j "${SECKILL_TEST_JOBS:-3}" --exec "bash $SECKILL_ROOT/test/run.sh" \
+HARNESS_RULESFILE=$rules prove --timer -j "${SECKILL_TEST_JOBS:-2}" --exec "bash $SECKILL_ROOT/test/run.sh" \
 	"${files[@]}"

@@ -30,21 +30,8 @@ trap cleanup EXIT
 finish() { done_testing_with_logs 25 "$work"/*.log; }
 ports_free SECKILL_EPOCH_PORT "$a_port" "$b_port"
 
-rcli() { redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" "$@"; }
-prefix_keys() { rcli --scan --pattern "$prefix:*" | wc -l; }
 epoch_key="$prefix:{$prefix}:epoch"
 goods="archived-$$"
-# answer port user: a purchase's answer once it is final (not the worker
-# starting, a timeout or busy), with its SQLSTATE
-final() {
-	last=$(at "$1" -v VERBOSITY=verbose -c "SELECT status FROM seckill_buy('$2', '$goods')" 2>&1)
-	! grep -qE 'SK00[12]|^busy|not running' <<<"$last"
-}
-answer() {
-	last=
-	seckill_wait_for "final $1 $2" 30
-	echo "$last"
-}
 
 primary a "$a_port"
 ok "[ $? -eq 0 ]" "a primary of our own on port $a_port, Redis prefix $prefix" || finish

@@ -37,21 +37,8 @@ trap cleanup EXIT
 finish() { done_testing_with_logs 25 "$work"/*.log; }
 ports_free SECKILL_EPOCH_PORT "$a_port" "$b_port"
 
-rcli() { redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" "$@"; }
-prefix_keys() { rcli --scan --pattern "$prefix:*" | wc -l; }
 flush_prefix() { rcli --scan --pattern "$prefix:*" | xargs -r redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" del >/dev/null; }
 epoch_key="$prefix:{$prefix}:epoch"
-# answer port user: a purchase's answer once it is final (not the worker
-# starting, a timeout or busy), with its SQLSTATE, detail and hint
-final() {
-	last=$(at "$1" -v VERBOSITY=verbose -c "SELECT status FROM seckill_buy('$2', '$goods')" 2>&1)
-	! grep -qE 'SK00[12]|^busy|not running' <<<"$last"
-}
-answer() {
-	last=
-	seckill_wait_for "final $1 $2" 30
-	echo "$last"
-}
 buys() { # port n tag: n purchases, the count of ok
 	local i n=0
 	for i in $(seq 1 "$2"); do

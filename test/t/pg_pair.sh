@@ -26,6 +26,21 @@ ready() { pg_isready -q -h 127.0.0.1 -p "$1"; }
 now_ms() { date +%s%3N; }
 dsn() { echo "host=127.0.0.1 port=$1 user=postgres dbname=postgres"; }
 
+# on the suite's Redis, under the pair's prefix
+rcli() { redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" "$@"; }
+prefix_keys() { rcli --scan --pattern "$prefix:*" | wc -l; }
+# answer port user: a purchase of $goods, its answer once it is final (not
+# the worker starting, a timeout or busy), with its SQLSTATE, detail and hint
+final() {
+	last=$(at "$1" -v VERBOSITY=verbose -c "SELECT status FROM seckill_buy('$2', '$goods')" 2>&1)
+	! grep -qE 'SK00[12]|^busy|not running' <<<"$last"
+}
+answer() {
+	last=
+	seckill_wait_for "final $1 $2" 30
+	echo "$last"
+}
+
 # primary name port: a new server that preloads seckill, on Redis under $prefix
 primary() {
 	seckill_initdb "$work/$1" "$work/$1-initdb.out" || return 1

@@ -32,13 +32,14 @@ ok "[ $reloads -gt 0 ]" "the worker loaded its scripts again $reloads times"
 
 # A give-back refused again after the reload (the scripts flushed once more)
 # is logged with its items, and reconcile puts them back; one sent twice
-# would leave Redis over.
+# would leave Redis over.  A pipeline cut short after some of its shards
+# ran logs all of them (which ran is not known): Redis may be short by less.
 cid=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$goods'")
 failed=$(sed -n "s/.*could not give \([0-9]*\) item(s) of campaign $cid back to Redis.*/\1/p" "$log" |
 	awk '{ s += $1 } END { print s + 0 }')
 read -r before expected <<<"$(psql_val "SELECT redis_stock_before || ' ' || expected_stock FROM seckill_reconcile('$goods')")"
-is "$before" "$((expected - failed))" \
-	"no item went back twice: Redis had every returned item once ($expected less the $failed logged as not given back)"
+ok "[ $before -le $expected ] && [ $before -ge $((expected - failed)) ]" \
+	"no item went back twice: Redis had $before of $expected, short by at most the $failed logged as not given back"
 is "$(psql_val "SELECT redis_stock || '/' || pg_stock FROM seckill_status('$goods')")" "20000/20000" \
 	"after reconcile both stores agree"
 psql_val "SELECT seckill_close('$goods')" >/dev/null

@@ -93,6 +93,7 @@ extern char *seckill_redis_host;
 extern int	seckill_redis_port;
 extern char *seckill_redis_user;
 extern char *seckill_redis_password_file;
+extern char *seckill_redis_sentinel_password_file;
 extern bool seckill_redis_tls;
 extern char *seckill_redis_tls_ca_file;
 extern char *seckill_redis_tls_cert_file;

@@ -17,6 +17,7 @@ char	   *seckill_redis_host = NULL;
 int			seckill_redis_port = 6379;
 char	   *seckill_redis_user = NULL;
 char	   *seckill_redis_password_file = NULL;
+char	   *seckill_redis_sentinel_password_file = NULL;
 bool		seckill_redis_tls = false;
 char	   *seckill_redis_tls_ca_file = NULL;
 char	   *seckill_redis_tls_cert_file = NULL;
@@ -140,6 +141,11 @@ seckill_define_gucs(void)
 							   "File holding the Redis password (first line), readable by the server's OS user only.",
 							   "The password itself is never a setting, so it cannot show in pg_settings or in the log of changed settings.",
 							   &seckill_redis_password_file, "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomStringVariable("seckill.redis_sentinel_password_file",
+							   "File holding the sentinels' password (first line), readable by the server's OS user only; given to their default user.",
+							   "Empty: the sentinels get the master's credentials (seckill.redis_user, seckill.redis_password_file).",
+							   &seckill_redis_sentinel_password_file, "",
 							   PGC_SIGHUP, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
 	DefineCustomBoolVariable("seckill.redis_tls",
 							 "Whether the worker speaks TLS to Redis (to its master, or to every master of a Redis Cluster).",

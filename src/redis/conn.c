@@ -230,34 +230,47 @@ sk_conn_serves(const char *key)
 	return !sk_conn_cluster || sk_cluster_node_of(sk_cluster_key_slot(key, strlen(key))) >= 0;
 }
 
-/* The first line of the password file; NULL (and the error set) when unusable. */
+/*
+ * The first line of the file a setting names, a password; NULL (and the
+ * error set) when unusable.  Read with read(2) into a buffer cleared after,
+ * not through stdio, whose buffer is freed uncleared.
+ */
+char *
+sk_conn_read_secret(const char *path, const char *setting)
+{
+	int			fd;
+	struct stat st;
+	char		line[1024];
+	ssize_t		n;
+	char	   *secret;
+
+	fd = OpenTransientFile(path, O_RDONLY | PG_BINARY);
+	if (fd < 0)
+	{
+		/* the messages reach application roles: the setting, not its value */
+		sk_conn_set_error("could not open the file named by %s: %m", setting);
+		return NULL;
+	}
+	if (fstat(fd, &st) != 0 || (st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
+	{
+		CloseTransientFile(fd);
+		sk_conn_set_error("the file named by %s must be readable by its owner only (chmod 600)", setting);
+		return NULL;
+	}
+	n = read(fd, line, sizeof(line) - 1);
+	CloseTransientFile(fd);
+	line[Max(n, 0)] = '\0';
+	line[strcspn(line, "\r\n")] = '\0';
+	secret = pstrdup(line);
+	explicit_bzero(line, sizeof(line));
+	return secret;
+}
+
+/* The password of seckill.redis_password_file (sk_conn_read_secret). */
 char *
 sk_conn_read_password(void)
 {
-	FILE	   *f;
-	struct stat st;
-	char		line[1024];
-	size_t		len;
-
-	f = AllocateFile(seckill_redis_password_file, "r");
-	if (f == NULL)
-	{
-		/* the messages reach application roles: the setting, not its value */
-		sk_conn_set_error("could not open the file named by seckill.redis_password_file: %m");
-		return NULL;
-	}
-	if (fstat(fileno(f), &st) != 0 || (st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
-	{
-		FreeFile(f);
-		sk_conn_set_error("the file named by seckill.redis_password_file must be readable by its owner only (chmod 600)");
-		return NULL;
-	}
-	if (fgets(line, sizeof(line), f) == NULL)
-		line[0] = '\0';
-	FreeFile(f);
-	len = strcspn(line, "\r\n");
-	line[len] = '\0';
-	return pstrdup(line);
+	return sk_conn_read_secret(seckill_redis_password_file, "seckill.redis_password_file");
 }
 
 /*

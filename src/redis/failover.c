@@ -25,6 +25,22 @@ static TimestampTz sentinels_due = 0;
 #define SENTINEL_RETRY_MS 5000
 
 /*
+ * The sentinels' password, NULL when none is set: the one of
+ * seckill.redis_sentinel_password_file for their default user (*user NULL),
+ * else the master's, as seckill.redis_user.
+ */
+static char *
+sentinel_password(const char **user)
+{
+	*user = NULL;
+	if (seckill_redis_sentinel_password_file[0] != '\0')
+		return sk_conn_read_secret(seckill_redis_sentinel_password_file,
+								   "seckill.redis_sentinel_password_file");
+	*user = seckill_redis_user;
+	return seckill_redis_password_file[0] != '\0' ? sk_conn_read_password() : NULL;
+}
+
+/*
  * The master the sentinels name, to connect to: false, with the error set,
  * when none of them names it.
  */
@@ -32,12 +48,11 @@ bool
 sk_failover_master(char *host, size_t hostlen, int *port)
 {
 	char		why[256];
-	char	   *password = NULL;
+	const char *user;
+	char	   *password = sentinel_password(&user);
 	bool		named;
 
-	if (seckill_redis_password_file[0] != '\0')
-		password = sk_conn_read_password();
-	named = sk_sentinel_master(password, host, hostlen, port, why, sizeof(why));
+	named = sk_sentinel_master(user, password, host, hostlen, port, why, sizeof(why));
 	if (password)
 		memset(password, 0, strlen(password));
 	if (!named)
@@ -91,21 +106,21 @@ sk_failover_watch(void)
 	int			port;
 	char		why[256];
 	char	   *password = NULL;
-
+	const char *user = NULL;
 	bool		named;
 
 	if (!sk_connected || !sk_sentinel_enabled() || GetCurrentTimestamp() < sentinels_due)
 		return;
 	/* the password only to open a sentinel connection: it is kept */
-	if (!sk_sentinel_connected() && seckill_redis_password_file[0] != '\0')
+	if (!sk_sentinel_connected())
 	{
 		char		error[sizeof(sk_last_error)];
 
 		strlcpy(error, sk_last_error, sizeof(error));
-		password = sk_conn_read_password();
+		password = sentinel_password(&user);
 		strlcpy(sk_last_error, error, sizeof(sk_last_error));
 	}
-	named = sk_sentinel_poll(password, host, sizeof(host), &port, why, sizeof(why));
+	named = sk_sentinel_poll(user, password, host, sizeof(host), &port, why, sizeof(why));
 	if (password)
 		memset(password, 0, strlen(password));
 	sentinels_due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),

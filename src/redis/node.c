@@ -33,6 +33,9 @@ authenticate(SkNode *node)
 		return false;
 	}
 	sk_pipeline_init(&p);
+	p.secret = true;
+	/* room for all at once: a buffer that grows leaves the old one uncleared */
+	enlargeStringInfo(&p.buf, 64 + strlen(password) + strlen(seckill_redis_user));
 	if (seckill_redis_user[0] != '\0')
 	{
 		const char *argv[] = {"AUTH", seckill_redis_user, password};

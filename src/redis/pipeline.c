@@ -203,6 +203,14 @@ send_to(SkPipeline *p, int n, const int *cmds, const int *to, const bool *asking
 
 		if (share[i].count == 0)
 			continue;
+		if (p->secret)
+		{
+			Assert(whole);
+			if (!sk_tls_write_secret(sk_nodes[i].ctx, p->buf.data, p->buf.len, deadline))
+				return sk_conn_fail(&sk_nodes[i], "write to Redis failed");
+			sk_in_flight = true;
+			continue;
+		}
 		if (whole)
 			rc = redisAppendFormattedCommand(sk_nodes[i].ctx, p->buf.data, p->buf.len);
 		else
@@ -263,6 +271,7 @@ sk_pipeline_init(SkPipeline *p)
 	p->max = 16;
 	p->ends = palloc(sizeof(int) * p->max);
 	p->slots = palloc(sizeof(int) * p->max);
+	p->secret = false;
 }
 
 /* The command's slot is its first key's: argv[1] when it has one. */

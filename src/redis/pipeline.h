@@ -22,6 +22,7 @@ typedef struct SkPipeline
 	int		   *ends;			/* where each command ends in buf */
 	int		   *slots;			/* each command's Redis Cluster slot, -1: none */
 	int			max;			/* room in ends and slots */
+	bool		secret;			/* holds a password: sk_tls_write_secret() */
 } SkPipeline;
 
 extern void sk_pipeline_init(SkPipeline *p);

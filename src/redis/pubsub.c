@@ -98,7 +98,7 @@ sk_pubsub_drain(void)
 void
 sk_pubsub_open(void)
 {
-	const char *argv[3];
+	const char *argv[2];
 	char	   *password = NULL;
 	int			done = 0;
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout);
@@ -126,14 +126,14 @@ sk_pubsub_open(void)
 	}
 	if (seckill_redis_password_file[0] != '\0' && (password = sk_conn_read_password()) != NULL)
 	{
-		int			argc = 0;
+		bool		sent = sk_tls_write_auth(sub_conn, seckill_redis_user, password, deadline);
 
-		argv[argc++] = "AUTH";
-		if (seckill_redis_user[0] != '\0')
-			argv[argc++] = seckill_redis_user;
-		argv[argc++] = password;
-		(void) redisAppendCommandArgv(sub_conn, argc, argv, NULL);
 		memset(password, 0, strlen(password));
+		if (!sent)
+		{
+			sk_pubsub_close(sub_conn->errstr);
+			return;
+		}
 	}
 	argv[0] = "SUBSCRIBE";
 	argv[1] = sub_channel;

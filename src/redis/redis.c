@@ -25,6 +25,8 @@
  */
 static char *conn_user = NULL;
 static char *conn_password_file = NULL;
+/* the sentinels', for the sentinel connection only: its own setting */
+static char *conn_sentinel_password_file = NULL;
 static char *conn_tls = NULL;	/* the TLS settings, as tls_settings() says them */
 static char *conn_sentinels = NULL;
 static char *conn_master_name = NULL;
@@ -154,6 +156,16 @@ sk_redis_reload(void)
 		(strcmp(conn_sentinels, seckill_redis_sentinels) != 0 ||
 		 strcmp(conn_master_name, seckill_redis_master_name) != 0))
 		sk_sentinel_close();
+	if (conn_sentinel_password_file == NULL ||
+		strcmp(conn_sentinel_password_file, seckill_redis_sentinel_password_file) != 0)
+	{
+		if (conn_sentinel_password_file != NULL)
+		{
+			sk_sentinel_close();
+			pfree(conn_sentinel_password_file);
+		}
+		conn_sentinel_password_file = MemoryContextStrdup(TopMemoryContext, seckill_redis_sentinel_password_file);
+	}
 	if (!sk_connected)
 	{
 		next_attempt = 0;
@@ -203,6 +215,8 @@ remember_settings(const char *host, int port)
 	conn_tls = tls_settings();
 	conn_sentinels = pstrdup(seckill_redis_sentinels);
 	conn_master_name = pstrdup(seckill_redis_master_name);
+	if (conn_sentinel_password_file == NULL)
+		conn_sentinel_password_file = pstrdup(seckill_redis_sentinel_password_file);
 	MemoryContextSwitchTo(old);
 }
 

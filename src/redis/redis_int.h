@@ -111,6 +111,7 @@ extern int	sk_published[SK_MAX_NODES];
 
 extern void sk_conn_set_hooks(const SkConnHooks *set);
 extern void sk_conn_set_error(const char *fmt,...) pg_attribute_printf(1, 2);
+extern char *sk_conn_read_secret(const char *path, const char *setting);
 extern char *sk_conn_read_password(void);
 extern void sk_conn_rebuild_wait_set(void);
 extern void sk_conn_drop(void);

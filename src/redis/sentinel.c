@@ -76,6 +76,8 @@ step_deadline(void)
 	return TimestampTzPlusMilliseconds(GetCurrentTimestamp(), Min(seckill_redis_timeout, 250));
 }
 
+static redisReply *read_reply(redisContext *c, TimestampTz deadline);
+
 /*
  * Send a command to the sentinel connection c and read its reply, within a
  * step: NULL, with c->errstr set, when it failed or timed out.
@@ -84,7 +86,6 @@ static redisReply *
 command(redisContext *c, int argc, const char **argv)
 {
 	TimestampTz deadline = step_deadline();
-	void	   *reply = NULL;
 	int			done = 0;
 
 	if (redisAppendCommandArgv(c, argc, argv, NULL) != REDIS_OK)
@@ -101,6 +102,15 @@ command(redisContext *c, int argc, const char **argv)
 			return NULL;
 		}
 	}
+	return read_reply(c, deadline);
+}
+
+/* Read one reply on the sentinel connection c by the deadline, as command(). */
+static redisReply *
+read_reply(redisContext *c, TimestampTz deadline)
+{
+	void	   *reply = NULL;
+
 	for (;;)
 	{
 		if (redisGetReplyFromReader(c, &reply) != REDIS_OK)
@@ -117,9 +127,12 @@ command(redisContext *c, int argc, const char **argv)
 	}
 }
 
-/* Connect to one sentinel "host:port" (and AUTH, when a password is set). */
+/*
+ * Connect to one sentinel "host:port" (and AUTH, as user when one is given,
+ * when a password is).
+ */
 static redisContext *
-open_sentinel(const char *addr, const char *password, char *why, size_t whylen)
+open_sentinel(const char *addr, const char *user, const char *password, char *why, size_t whylen)
 {
 	char		host[256];
 	const char *colon = strrchr(addr, ':');
@@ -155,10 +168,7 @@ open_sentinel(const char *addr, const char *password, char *why, size_t whylen)
 		redisReply *r;
 
 		/* a sentinel without a password refuses AUTH: that is fine */
-		if (seckill_redis_user[0] != '\0')
-			r = command(c, 3, (const char *[]) {"AUTH", seckill_redis_user, password});
-		else
-			r = command(c, 2, (const char *[]) {"AUTH", password});
+		r = sk_tls_write_auth(c, user, password, step_deadline()) ? read_reply(c, step_deadline()) : NULL;
 		if (r == NULL)
 			strlcpy(error, c->errstr, sizeof(error));
 		else
@@ -228,10 +238,10 @@ sentinel_list(int *n)
 
 /* Open the sentinel at addr and ask it. */
 static bool
-open_and_ask(const char *addr, const char *password, char *host, size_t hostlen, int *port,
+open_and_ask(const char *addr, const char *user, const char *password, char *host, size_t hostlen, int *port,
 			 char *why, size_t whylen)
 {
-	sentinel = open_sentinel(addr, password, why, whylen);
+	sentinel = open_sentinel(addr, user, password, why, whylen);
 	if (sentinel == NULL)
 		return false;
 	strlcpy(sentinel_addr, addr, sizeof(sentinel_addr));
@@ -244,7 +254,7 @@ open_and_ask(const char *addr, const char *password, char *host, size_t hostlen,
  * walk through sentinels that do not answer.
  */
 bool
-sk_sentinel_poll(const char *password, char *host, size_t hostlen, int *port,
+sk_sentinel_poll(const char *user, const char *password, char *host, size_t hostlen, int *port,
 				 char *why, size_t whylen)
 {
 	int			n;
@@ -256,7 +266,7 @@ sk_sentinel_poll(const char *password, char *host, size_t hostlen, int *port,
 	addrs = sentinel_list(&n);
 	if (n == 0)
 		return end_lookup(false);
-	return end_lookup(open_and_ask(addrs[next_sentinel++ % n], password, host, hostlen, port, why, whylen));
+	return end_lookup(open_and_ask(addrs[next_sentinel++ % n], user, password, host, hostlen, port, why, whylen));
 }
 
 /*
@@ -264,7 +274,7 @@ sk_sentinel_poll(const char *password, char *host, size_t hostlen, int *port,
  * of seckill.redis_sentinels that names one.  False, with why, when none did.
  */
 bool
-sk_sentinel_master(const char *password, char *host, size_t hostlen, int *port,
+sk_sentinel_master(const char *user, const char *password, char *host, size_t hostlen, int *port,
 				   char *why, size_t whylen)
 {
 	int			n;
@@ -276,7 +286,7 @@ sk_sentinel_master(const char *password, char *host, size_t hostlen, int *port,
 	addrs = sentinel_list(&n);
 	snprintf(why, whylen, "seckill.redis_sentinels is empty");
 	for (int i = 0; i < n; i++)
-		if (open_and_ask(addrs[i], password, host, hostlen, port, why, whylen))
+		if (open_and_ask(addrs[i], user, password, host, hostlen, port, why, whylen))
 			return end_lookup(true);
 	return end_lookup(false);
 }

@@ -20,11 +20,13 @@
 
 #include <arpa/inet.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <hiredis/sds.h>
 
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
@@ -340,6 +342,95 @@ sk_tls_write(redisContext *ctx, int *done)
 	if (done)
 		*done = sdslen(ctx->obuf) == 0;
 	return REDIS_OK;
+}
+
+/*
+ * Write a command that holds a secret (AUTH) straight to the connection by
+ * the deadline, past hiredis' output buffer: hiredis frees and reallocates
+ * that buffer without clearing it, and formats a command in a copy it frees
+ * the same way, so the secret would stay in freed memory.  The caller clears
+ * buf.  Only with the output buffer empty.  False, with ctx->errstr set,
+ * when it failed.
+ */
+bool
+sk_tls_write_secret(redisContext *ctx, const char *buf, size_t len, TimestampTz deadline)
+{
+	SSL		   *ssl = session_of(ctx);
+	size_t		off = 0;
+
+	Assert(sdslen(ctx->obuf) == 0);
+	while (off < len)
+	{
+		ssize_t		n;
+		bool		for_write = true;
+
+		if (ssl != NULL)
+		{
+			int			e;
+
+			ERR_clear_error();
+			n = SSL_write(ssl, buf + off, (int) (len - off));
+			if (n > 0)
+			{
+				off += n;
+				continue;
+			}
+			e = SSL_get_error(ssl, (int) n);
+			if (e != SSL_ERROR_WANT_WRITE && e != SSL_ERROR_WANT_READ)
+			{
+				set_ctx_error(ctx, REDIS_ERR_IO, psprintf("TLS write failed: %s", openssl_errors()));
+				return false;
+			}
+			for_write = e == SSL_ERROR_WANT_WRITE;
+		}
+		else
+		{
+			n = write(ctx->fd, buf + off, len - off);
+			if (n > 0)
+			{
+				off += n;
+				continue;
+			}
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+			{
+				set_ctx_error(ctx, REDIS_ERR_IO, n == 0 ? "write failed" : strerror(errno));
+				return false;
+			}
+		}
+		if (!sk_tls_wait(ctx->fd, for_write, deadline))
+		{
+			set_ctx_error(ctx, REDIS_ERR_IO, "timed out");
+			return false;
+		}
+	}
+	return true;
+}
+
+/*
+ * Send AUTH with the password (as user, when one is given) on the
+ * connection, past hiredis' buffers (sk_tls_write_secret), and clear the
+ * copy made here.  The caller reads the reply.
+ */
+bool
+sk_tls_write_auth(redisContext *ctx, const char *user, const char *password, TimestampTz deadline)
+{
+	StringInfoData buf;
+	bool		as_user = user != NULL && user[0] != '\0';
+	bool		ok;
+
+	initStringInfo(&buf);
+	/* room for all at once: a buffer that grows leaves the old one uncleared */
+	enlargeStringInfo(&buf, 64 + strlen(password) + (as_user ? strlen(user) : 0));
+	appendStringInfo(&buf, "*%d\r\n$4\r\nAUTH\r\n", as_user ? 3 : 2);
+	if (as_user)
+		appendStringInfo(&buf, "$%zu\r\n%s\r\n", strlen(user), user);
+	appendStringInfo(&buf, "$%zu\r\n%s\r\n", strlen(password), password);
+	ok = sk_tls_write_secret(ctx, buf.data, buf.len, deadline);
+	memset(buf.data, 0, buf.len);
+	pfree(buf.data);
+	return ok;
 }
 
 /* As redisFree, ending the connection's TLS session first. */

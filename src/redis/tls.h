@@ -23,6 +23,9 @@ extern bool sk_tls_start(redisContext *ctx, const char *host, int port, Timestam
 						 char *error, size_t errorlen);
 extern int	sk_tls_read(redisContext *ctx);
 extern int	sk_tls_write(redisContext *ctx, int *done);
+extern bool sk_tls_write_secret(redisContext *ctx, const char *buf, size_t len, TimestampTz deadline);
+extern bool sk_tls_write_auth(redisContext *ctx, const char *user, const char *password,
+							  TimestampTz deadline);
 extern void sk_tls_free(redisContext *ctx);
 extern bool sk_tls_wait(int fd, bool write, TimestampTz deadline);
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The worker as a Redis ACL user limited to seckill's keys and commands, its
 # password in a 0600 file: purchases work, and the secret shows in no log
-# line, no setting a non-superuser can read, no error message.
+# line, no setting a non-superuser can read, no error message, and in no
+# byte of the worker's memory once it is sent.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
@@ -146,6 +147,31 @@ sale_finish
 
 # the secret is nowhere to be read
 ok "! grep -q -e '$secret' -e '$wrong' '$log'" "the server log holds neither password"
+# nor the worker's own memory, after its connections, its subscription and
+# its reconnections sent them: AUTH goes to the socket past hiredis' buffers,
+# which are freed and grown uncleared, and every copy made is cleared
+copies=$(python3 - "$(seckill_worker_pid)" "$secret" "$wrong" <<'PY'
+import re
+import sys
+
+pid, needles = sys.argv[1], [a.encode() for a in sys.argv[2:]]
+found = []
+with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+    for line in maps:
+        span, perms = line.split()[:2]
+        if perms != "rw-p":
+            continue
+        lo, hi = (int(x, 16) for x in span.split("-"))
+        try:
+            mem.seek(lo)
+            data = mem.read(hi - lo)
+        except OSError:
+            continue
+        found += [f"{n.decode()}@{lo + m.start():#x}" for n in needles for m in re.finditer(re.escape(n), data)]
+print(len(found), *found[:5])
+PY
+)
+is "${copies%% *}" 0 "the worker's memory holds no copy of either password (its private mappings scanned: $copies)"
 is "$(psql_val "SELECT count(*) FROM pg_settings WHERE setting LIKE '%$secret%'")" 0 "no setting holds the password"
 psql -XAtq -c "DROP ROLE IF EXISTS seckill_reader" -c "CREATE ROLE seckill_reader" >/dev/null
 err=$(psql -XAtq -c "SET ROLE seckill_reader" -c "SHOW seckill.redis_password_file" 2>&1)

@@ -15,7 +15,9 @@
 #     FAILOVER each get the lock in turn with a newer token, or an error;
 #  5. passwords on the master, its replica and the sentinels: the worker gives
 #     the one of seckill.redis_password_file to the sentinels too, then as an
-#     ACL user (seckill.redis_user), and the log never shows it;
+#     ACL user (seckill.redis_user), and the log never shows it; with
+#     seckill.redis_sentinel_password_file, the sentinels get their own
+#     password, never the master's (a dump of a sentinel's wire);
 #  6. without sentinels, pointed at a replica: every call fails at once with
 #     an error naming the role, without a storm of connections.
 # After each: no oversell, nobody with two active orders, every ok an order.
@@ -55,7 +57,7 @@ cleanup() {
 	[ -n "$CROWD" ] && kill "$CROWD" 2>/dev/null && wait "$CROWD"
 	seckill_configure "RESET seckill.redis_sentinels" "RESET seckill.redis_master_name" \
 		"RESET seckill.redis_host" "RESET seckill.redis_port" "RESET seckill.redis_user" \
-		"RESET seckill.redis_password_file" >/dev/null 2>&1
+		"RESET seckill.redis_password_file" "RESET seckill.redis_sentinel_password_file" >/dev/null 2>&1
 	# first the relay: a master does not shut down while a replica lags
 	[ -n "$relay" ] && relay_signal KILL
 	local dir
@@ -353,6 +355,42 @@ for s in "${sentinel_ports[@]}"; do
 done
 ok "[ $asked -ge 1 ]" "acl: and to a sentinel as seckill"
 ok "! grep -qF -e '$secret' '$log'" "passwords: the server log never shows the password"
+# The sentinels' own password (seckill.redis_sentinel_password_file): the
+# worker gives it, and never the master's, to the sentinels.  Their default
+# user takes it as a second password; one sentinel is named meanwhile, behind
+# a relay that dumps what passes (socat -v).
+sentinel_secret="Sent1nel-$RANDOM-$RANDOM"
+for s in "${sentinel_ports[@]}"; do
+	must rcli "$s" ACL SETUSER default ">$sentinel_secret"
+done
+printf '%s\n' "$sentinel_secret" >"$work/sentinel.pass"
+chown postgres "$work/sentinel.pass"
+chmod 600 "$work/sentinel.pass"
+socat -v TCP-LISTEN:"$relay_port",bind=127.0.0.1,reuseaddr,fork TCP:127.0.0.1:"${sentinel_ports[0]}" \
+	2>"$work/sentinel.wire" &
+relay=$!
+seckill_wait_for "(exec 3<>/dev/tcp/127.0.0.1/$relay_port) 2>/dev/null" 10
+seckill_configure "SET seckill.redis_sentinel_password_file = '$work/sentinel.pass'" \
+	"SET seckill.redis_sentinels = '127.0.0.1:$relay_port'"
+ok "[ $? -eq 0 ] && [ $refusals -eq 0 ]" \
+	"sentinel password: a second one on the sentinels, in a file of its own; one sentinel named, through a relay" || finish
+tries=0
+seckill_wait_for "buys sentinel-pass" 15
+ok "[ $? -eq 0 ]" "sentinel password: a purchase answers ok through the relayed sentinel (call $tries)"
+ok "grep -qF -e 'AUTH' '$work/sentinel.wire' && grep -qF -e '$sentinel_secret' '$work/sentinel.wire' &&
+	! grep -qF -e '$secret' '$work/sentinel.wire'" \
+	"sentinel password: the sentinel's wire carried its own password, never the master's"
+relay_signal KILL
+wait "$relay" 2>/dev/null
+relay=
+seckill_configure "RESET seckill.redis_sentinel_password_file" "SET seckill.redis_sentinels = '$sentinels'"
+for s in "${sentinel_ports[@]}"; do
+	must rcli "$s" ACL SETUSER default "<$sentinel_secret"
+done
+tries=0
+seckill_wait_for "buys sentinels-back" 15
+ok "[ $? -eq 0 ] && [ $refusals -eq 0 ]" "sentinel password: dropped again, all sentinels named, a purchase answers ok"
+
 # Undone without a broken link: the passwords first (connections made with
 # them stay), then the settings, then the user
 for s in "${sentinel_ports[@]}"; do

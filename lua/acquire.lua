@@ -11,10 +11,12 @@
 -- which its owner renews each time it asks again and gives up when it
 -- stops waiting (lua/unlock.lua), so a stream of shared takers cannot
 -- starve it.
--- Idempotent: a retry by the same owner finds the lease its own.
+-- Idempotent: a retry by the same owner finds the lease its own, renewed.
 -- Returns 1 when the lease is the owner's, 0 when another owner holds it.
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
+	-- an ask whose answer was lost took it: the lease runs from this answer
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	return 1
 end
 if holder then

@@ -15,12 +15,14 @@
 -- wait gets it only when nobody is in line.  A place lapses when its
 -- owner stops asking (it gave up, or its server died), so no ghost blocks
 -- the line for longer than that.
--- Idempotent: a retry by the same owner finds the lease its own.
+-- Idempotent: a retry by the same owner finds the lease its own, renewed.
 -- Returns 1 when the lease is the owner's; -N when the owner waits N-th in
 -- line; 0 when it cannot have the lock now and does not wait.
 local owner = ARGV[1]
 local holder = redis.call('GET', KEYS[1])
 if holder == owner then
+	-- an ask whose answer was lost took it: the lease runs from this answer
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	return 1
 end
 local t = redis.call('TIME')

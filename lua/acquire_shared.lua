@@ -6,7 +6,7 @@
 --   KEYS[3] the claim of an exclusive taker waiting for the shared holders
 --           to leave (lua/acquire.lua): no new shared holder while it lasts
 --   ARGV[1] owner token, unique per acquisition, ARGV[2] lease in milliseconds
--- Idempotent: a retry by the same owner finds the lease its own.
+-- Idempotent: a retry by the same owner finds the lease its own, renewed.
 -- Returns 1 when the owner holds the lock shared, 0 when it cannot now.
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)

@@ -339,9 +339,11 @@ take_lock(const char *name, SeckillLockMode mode, bool xact, TimestampTz deadlin
 	/*
 	 * Held by someone else (fair: or others wait before us): ask again after
 	 * a jittered backoff of at most 100 ms, which keeps a place in line,
-	 * until the deadline.  Redis out of reach is waited out the same way, as
-	 * a new acquisition (the worker gives back what the failed ask may have
-	 * taken); at the deadline its error is raised.
+	 * until the deadline.  Redis out of reach is waited out the same way,
+	 * by the same owner, so that a fair waiter keeps its place (the worker
+	 * puts the line back should Redis have lost it, in the order of the
+	 * waiters' first asks); a lease the failed ask took is found by the next
+	 * one, renewed.  At the deadline the error is raised.
 	 */
 	PG_TRY();
 	{
@@ -356,12 +358,7 @@ take_lock(const char *name, SeckillLockMode mode, bool xact, TimestampTz deadlin
 				taken = true;
 				break;
 			}
-			if ((reply.status == SK_ERR_REDIS || reply.status == SK_ERR_REDIS_REFUSED) && left > 0)
-			{
-				seckill_lock_hand_back(request.lock.owner);
-				new_owner(&request);
-			}
-			else
+			if (!((reply.status == SK_ERR_REDIS || reply.status == SK_ERR_REDIS_REFUSED) && left > 0))
 				(void) seckill_reply_checked(request.kind, reply);	/* raises a failure */
 			if (left <= 0)
 				break;

@@ -269,6 +269,9 @@ sk_dispatch_locks(RoundItem *items, int nitems, SeckillRequestKind kind)
 	{
 		for (int i = 0; i < n; i++)
 			sk_journal_not_ready(replies[i]);
+		/* Redis away: the waiters keep their places, to be put back */
+		if (kind == SK_REQ_LOCK && !sk_epoch_fenced() && !sk_epoch_lost())
+			sk_lock_asked_in_vain(requests, n);
 	}
 	else
 	{

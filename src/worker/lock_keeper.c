@@ -29,8 +29,13 @@
 #include "worker/journal.h"
 #include "worker/lease.h"
 
-/* The count of Redis' losses (sk_epoch_losses) the leases were last put back for. */
+/*
+ * The count of Redis' losses (sk_epoch_losses), and the connection
+ * (sk_redis_generation), the leases and the fair lines were last put back
+ * for.
+ */
 static uint32 put_back_for = 0;
+static uint64 put_back_connection = 0;
 
 /* What a lease script does to a SQL caller's lock. */
 typedef enum LockStep
@@ -176,6 +181,12 @@ record(const SeckillRequest *request, SeckillLockState state, int place, Timesta
 			(place == 0 || place <= e->place);
 		TimestampTz waiting_since = waited ? e->acquired_at : since;
 
+		/* a waiter's asks again are counted in its renewals */
+		int			asks = waited ? e->renewals + 1 : 0;
+
+		if (waited && place == 0)
+			place = e->place;	/* an ask that did not reach Redis */
+
 		memset(e, 0, sizeof(SeckillLockEntry));
 		e->state = state;
 		e->mode = (SeckillLockMode) request->lock.mode;
@@ -189,6 +200,7 @@ record(const SeckillRequest *request, SeckillLockState state, int place, Timesta
 		e->lease_ms = request->lock.lease_ms;
 		e->acquired_at = waiting_since;
 		e->renewed_at = since;
+		e->renewals = asks;
 	}
 	LWLockRelease(seckill_lock_table->lock);
 	if (state == LOCK_RELEASE)
@@ -261,18 +273,21 @@ waiters_in_order(const void *a, const void *b)
 
 /*
  * Redis lost its data since the leases were last written (an epoch check
- * found it restarted empty, flushed or failed over: sk_epoch_losses): put
- * back every lease this cluster's callers hold, with what is left of it,
- * then the fair waiters in the order they came, before any other lock
- * script runs.  Every taker of this cluster goes through this worker, so
- * none is granted a lock another of its sessions holds.  A lease another
- * owner took meanwhile (a taker of another cluster) is lost.  Tried again
- * at the next lock script when Redis could not be reached.
+ * found it restarted empty, flushed or failed over: sk_epoch_losses), or the
+ * worker reconnected (places in a fair line lapse while their waiters cannot
+ * reach Redis to keep them): put back every lease this cluster's callers
+ * hold, with what is left of it, then the fair waiters in the order they
+ * came, before any other lock script runs.  Every taker of this cluster
+ * goes through this worker, so none is granted a lock another of its
+ * sessions holds.  A lease another owner took meanwhile (a taker of another
+ * cluster) is lost.  Tried again at the next lock script when Redis could
+ * not be reached.
  */
 static void
 put_back_if_lost(void)
 {
 	uint32		losses = sk_epoch_losses();
+	uint64		connection = sk_redis_generation();
 	TimestampTz now = GetCurrentTimestamp();
 	PutBack    *locks;
 	SkScriptCall *calls;
@@ -283,7 +298,7 @@ put_back_if_lost(void)
 	bool		failed = false;
 	char		why[SK_MESSAGE_LEN];
 
-	if (losses == put_back_for || sk_redlock_enabled())
+	if ((losses == put_back_for && connection == put_back_connection) || sk_redlock_enabled())
 		return;
 	locks = palloc(sizeof(PutBack) * seckill_max_locks);
 	LWLockAcquire(seckill_lock_table->lock, LW_SHARED);
@@ -307,6 +322,7 @@ put_back_if_lost(void)
 	if (n == 0)
 	{
 		put_back_for = losses;
+		put_back_connection = connection;
 		return;
 	}
 	qsort(locks, n, sizeof(PutBack), waiters_in_order);
@@ -334,11 +350,19 @@ put_back_if_lost(void)
 	LWLockRelease(seckill_lock_table->lock);
 	for (int i = holders; i < n; i++)
 		failed |= result[i] == SK_LEASE_FAILED;
+	if (losses != put_back_for)
+		ereport(LOG,
+				(errmsg("seckill worker put back %d lock lease(s) and %d place(s) in a fair line in Redis, which had lost them%s",
+						holders - lost, n - holders, failed ? "; some were refused and are tried again" : "")));
+	else
+		ereport(LOG,
+				(errmsg("seckill worker kept %d lock lease(s) and %d place(s) in a fair line in Redis across its reconnection%s",
+						holders - lost, n - holders, failed ? "; some were refused and are tried again" : "")));
 	if (!failed)
+	{
 		put_back_for = losses;
-	ereport(LOG,
-			(errmsg("seckill worker put back %d lock lease(s) and %d place(s) in a fair line in Redis, which had lost them%s",
-					holders - lost, n - holders, failed ? "; some were refused and are tried again" : "")));
+		put_back_connection = connection;
+	}
 }
 
 /*
@@ -414,6 +438,53 @@ refuse_grants_held_here(const SeckillRequest *const *requests, int *result, cons
 	put_back_if_lost();
 }
 
+/*
+ * seckill.redis_tls turned on by a reload while Redlock locks are held: the
+ * Redlock nodes are not reached over TLS, and nothing goes to them in clear
+ * any more.  The held locks are lost (their leases run out on the nodes by
+ * themselves), the released ones forgotten.
+ */
+static void
+drop_redlock_in_clear(void)
+{
+	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < seckill_max_locks; i++)
+	{
+		SeckillLockEntry *e = &seckill_locks[i];
+
+		if (e->state == LOCK_HELD)
+		{
+			e->state = LOCK_LOST;
+			ereport(LOG,
+					(errmsg("seckill lost lock \"%s\" of backend %d: seckill.redis_tls is on, and the worker does not speak to the Redlock nodes in clear",
+							e->name, e->owner_pid),
+					 errdetail("Its lease runs out on the nodes by itself.")));
+		}
+		else if (e->state == LOCK_RELEASE ||
+				 (e->state != LOCK_FREE && BackendPidGetProc(e->owner_pid) == NULL))
+		{
+			e->state = LOCK_FREE;
+			wake_waiters_locked(e->name);
+		}
+	}
+	LWLockRelease(seckill_lock_table->lock);
+}
+
+/*
+ * Lock requests that did not reach Redis (it is away): a waiter, which asks
+ * again, keeps its place, or takes one in the order it came, which the
+ * worker puts back in Redis once it is reached again.
+ */
+void
+sk_lock_asked_in_vain(const SeckillRequest *const *requests, int n)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	for (int i = 0; i < n; i++)
+		if (requests[i]->lock.waits)
+			record(requests[i], LOCK_WAITING, 0, now);
+}
+
 /* On the Redlock nodes, by majority and in time for its lease: one lock. */
 static void
 acquire_by_redlock(const SeckillRequest *request, SeckillReply *reply)
@@ -472,7 +543,13 @@ sk_lock_acquire_many(const SeckillRequest *const *requests, SeckillReply *const 
 	{
 		for (i = 0; i < n; i++)
 		{
-			if (requests[i]->lock.mode == LOCK_EXCLUSIVE)
+			if (seckill_redis_tls)
+			{
+				/* as the backend says, which may not have read the reload yet */
+				seckill_reply_error(replies[i], SK_ERR_INVALID, "seckill does not speak TLS to the Redlock nodes");
+				replies[i]->sqlerrcode = ERRCODE_FEATURE_NOT_SUPPORTED;
+			}
+			else if (requests[i]->lock.mode == LOCK_EXCLUSIVE)
 				acquire_by_redlock(requests[i], replies[i]);
 			else
 			{
@@ -502,10 +579,15 @@ sk_lock_acquire_many(const SeckillRequest *const *requests, SeckillReply *const 
 	places = palloc(sizeof(int) * n);
 	if (!sk_lease_run(calls, n, false, result, places, why, sizeof(why)))
 	{
+		/*
+		 * The leases may have been taken: a waiter asks again (its next ask
+		 * finds its lease, renewed), the keeper gives back the others'.
+		 */
+		sk_lock_asked_in_vain(requests, n);
 		for (i = 0; i < n; i++)
 		{
-			/* the lease may have been taken: have the keeper give it back */
-			record(requests[i], LOCK_RELEASE, 0, sent);
+			if (!requests[i]->lock.waits)
+				record(requests[i], LOCK_RELEASE, 0, sent);
 			seckill_reply_error(replies[i], SK_ERR_REDIS, "%s", why);
 		}
 		return;
@@ -585,6 +667,14 @@ sk_lock_release_many(const SeckillRequest *const *requests, SeckillReply *const 
 	char		why[SK_MESSAGE_LEN];
 	bool		reached;
 
+	if (sk_redlock_enabled() && seckill_redis_tls)
+	{
+		/* nothing in clear: the leases run out on the nodes by themselves */
+		drop_redlock_in_clear();
+		for (int i = 0; i < n; i++)
+			released(requests[i], replies[i], SK_LEASE_NO, true, "");
+		return;
+	}
 	put_back_if_lost();
 	for (int i = 0; i < n; i++)
 	{
@@ -644,6 +734,11 @@ sk_lock_keeper_tick(void)
 	char		why[SK_MESSAGE_LEN];
 	bool		put_back = false;
 
+	if (sk_redlock_enabled() && seckill_redis_tls)
+	{
+		drop_redlock_in_clear();
+		return -1;
+	}
 	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < seckill_max_locks; i++)
 	{

@@ -98,4 +98,30 @@ node_start "$3"
 is "$(psql_val "SELECT seckill_lock('rl-back') IS NOT NULL AND seckill_unlock('rl-back')")" t \
 	"all three nodes back: locks work again"
 
+# seckill.redis_tls turned on by a reload while a lock is held: the Redlock
+# nodes are not reached over TLS, so nothing goes to them in clear any more.
+# The lock is shown lost within a renewal period, its lease runs out on the
+# nodes unrenewed, and a new lock is refused.
+seckill_configure "SET seckill.lock_lease = '900ms'"
+psql -XAtq -c "SELECT seckill_lock('rl-tls')" -c "SELECT pg_sleep(4)" -c "SELECT seckill_unlock('rl-tls')" \
+	>"$work/tls.out" 2>&1 &
+holder=$!
+seckill_wait_for "[ \"\$(psql_val \"SELECT state FROM seckill.locks WHERE name = 'rl-tls'\")\" = held ]" 5
+mark=$(wc -c <"$SECKILL_TMP/postgresql.log")
+seckill_configure "SET seckill.redis_tls = on"
+seckill_wait_for "[ \"\$(psql_val \"SELECT state FROM seckill.locks WHERE name = 'rl-tls'\")\" = lost ]" 3
+ok "[ $? -eq 0 ]" "TLS turned on: a Redlock lock held before is shown lost" ||
+	diag "$(psql_val "SELECT state, renewals FROM seckill.locks WHERE name = 'rl-tls'")"
+ok "tail -c +$((mark + 1)) '$SECKILL_TMP/postgresql.log' | grep -q 'does not speak to the Redlock nodes in clear'" \
+	"the log says why"
+seckill_wait_for "[ \"\$(holders '$prefix:{lock:rl-tls}')\" = '0 0 0' ]" 3
+ok "[ $? -eq 0 ]" "its lease ran out on every node, unrenewed"
+err=$(psql_val "SELECT seckill_lock('rl-tls-new')" 2>&1)
+ok "[[ \"\$err\" == *'does not speak TLS to the Redlock nodes'* ]]" "a new lock is refused: ${err//$'\n'/ }"
+wait "$holder"
+ok "grep -q 'had run out' '$work/tls.out'" "its holder's unlock says it was lost"
+seckill_configure "RESET seckill.redis_tls" "RESET seckill.lock_lease"
+is "$(psql_val "SELECT seckill_lock('rl-plain') IS NOT NULL AND seckill_unlock('rl-plain')")" t \
+	"TLS off again: locks work again"
+
 done_testing

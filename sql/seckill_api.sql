@@ -348,12 +348,21 @@ UPDATE seckill.fences SET token = 0 WHERE name = 'seckill:campaign:' || :fenced_
 SELECT seckill_close('fenced');
 
 -- from 1.0 to 1.8: the campaigns keep their data and get token secrets;
--- the roles that could buy still can
+-- the roles that could buy still can.  Until the update, the library
+-- refuses every write to seckill's tables, also by the 1.0 schema's own
+-- PL/pgSQL functions; the campaign is the row a 1.0 library wrote, loaded
+-- as a restore of its dump would load it.
 DROP EXTENSION seckill;
 CREATE EXTENSION seckill VERSION '1.0';
 GRANT EXECUTE ON FUNCTION seckill_buy(text, text, int) TO seckill_app;
 SELECT seckill_campaign_create('old', 3) IS NOT NULL AS created;
+UPDATE seckill.campaigns SET sold = 0;
+SELECT count(*) AS campaigns FROM seckill.campaigns;
+COPY seckill.campaigns (goods, total_stock) FROM stdin;
+old	3
+\.
 SELECT * FROM seckill.reconcile_campaign(1);
+SELECT seckill_preheat('old');
 SELECT * FROM seckill_buy('alice', 'old');
 ALTER EXTENSION seckill UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'seckill';

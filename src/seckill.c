@@ -8,6 +8,7 @@
  */
 #include "seckill.h"
 
+#include "backend/backend.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
@@ -55,6 +56,7 @@ _PG_init(void)
 	seckill_stats_register();
 	seckill_lock_table_register();
 	seckill_redis_nodes_register();
+	seckill_version_guard_register();
 	seckill_shmem_init();
 	register_worker();
 }

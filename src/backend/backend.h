@@ -18,5 +18,6 @@ extern SeckillReply seckill_call_checked(SeckillRequestKind kind, int64 campaign
 										 const char *user_id, int qty);
 extern SeckillReply seckill_request_checked(const SeckillRequest *request);
 extern SeckillReply seckill_reply_checked(SeckillRequestKind kind, SeckillReply reply);
+extern void seckill_version_guard_register(void);
 
 #endif							/* SECKILL_BACKEND_H */

@@ -142,6 +142,8 @@ seckill_open_campaign_id(const char *goods)
 {
 	SeckillCampaignRow row;
 
+	/* its query reads the columns of this library's version */
+	seckill_check_database();
 	if (!store_campaign_by_goods(goods, &row) || strcmp(row.state, "closed") == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),

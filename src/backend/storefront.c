@@ -68,6 +68,8 @@ read_campaign(const char *goods, SeckillStorefront *out, bool *draft)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the seckill extension is not installed in this database")));
+	/* its query reads the columns of this library's version */
+	seckill_check_version();
 	GetUserIdAndSecContext(&save_user, &save_sec);
 	SetUserIdAndSecContext(owner, save_sec | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
 	found = store_campaign_by_goods(goods, &row);

@@ -15,6 +15,7 @@
  */
 #include "redis/redis_int.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include "miscadmin.h"

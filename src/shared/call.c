@@ -196,7 +196,17 @@ seckill_check_database(void)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("seckill serves database \"%s\" only", seckill_database),
 				 errhint("Connect to that database, or set seckill.database and restart the server.")));
-	/* looked at again whenever the extension is installed or updated */
+	seckill_check_version();
+}
+
+/*
+ * Does the extension's SQL in this database match the library?  An error
+ * naming both versions when not.  Looked at again whenever the extension is
+ * installed or updated.
+ */
+void
+seckill_check_version(void)
+{
 	if (pg_atomic_read_u32(&seckill_shared->install_generation) != checked_generation)
 	{
 		uint32		generation = pg_atomic_read_u32(&seckill_shared->install_generation);

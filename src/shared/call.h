@@ -142,6 +142,7 @@ extern int	seckill_slots_in_use(void);
 
 /* backends */
 extern void seckill_check_database(void);
+extern void seckill_check_version(void);
 extern void seckill_backend_prepare(void);
 extern SeckillReply seckill_call(const SeckillRequest *request);
 

@@ -14,8 +14,10 @@ ok "head -n 1 LICENSE | grep -qx 'PostgreSQL License'" "LICENSE: the PostgreSQL 
 
 meta() { python3 -c 'import json, sys; m = json.load(open("META.json")); print(eval(sys.argv[1]))' "$1" 2>&1; }
 is "$(meta 'm["meta-spec"]["version"]')" 1.0.0 "META.json follows the PGXN meta spec 1.0.0"
-is "$(meta 'm["version"]')" "$version" "META.json's version is default_version"
-is "$(meta 'm["provides"]["seckill"]["version"]')" "$version" "and so is that of the extension it provides"
+is "$(python3 test/t/pgxn_meta.py META.json)" "" "META.json is valid under the PGXN meta spec (test/t/pgxn_meta.py)"
+is "$(meta 'm["version"]')" "$version.0" "META.json's version is default_version, in SemVer"
+is "$(meta 'm["provides"]["seckill"]["version"]')" "$version.0" "and so is that of the extension it provides"
+is "$(meta 'm["prereqs"]["runtime"]["requires"]["PostgreSQL"]')" ">= 15.0.0, < 16.0.0" "it requires PostgreSQL 15, no other major"
 is "$(meta 'm["license"]')" postgresql "META.json names the license"
 file=$(meta 'm["provides"]["seckill"]["file"]')
 ok "[ -f '$file' ]" "the file it names exists: $file"

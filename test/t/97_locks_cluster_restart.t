@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# A fair lock on a Redis Cluster whose master holding it restarts empty (no
+# persistence) while it is held and 4 sessions wait in its line: the worker
+# finds that master new (its run_id), puts the holder's lease and the line
+# back before any other lock script runs, nobody is granted the lock
+# meanwhile, and once the holder lets go the waiters get it in the order
+# they came, each with a newer fencing token.
+set -uo pipefail
+# shellcheck source=test/t/tap.sh
+. "$(dirname "$0")/tap.sh"
+# shellcheck source=test/t/sale.sh
+. "$(dirname "$0")/sale.sh"
+
+base=$SECKILL_OWN_PORT
+nodes=("$base" $((base + 1)) $((base + 2)))
+waiters=4
+own_servers lock-cluster
+cleanup() {
+	kill $(jobs -p) 2>/dev/null
+	wait
+	seckill_configure "RESET seckill.redis_cluster" "RESET seckill.redis_port" >/dev/null 2>&1
+	seckill_cluster_stop "$work"
+	[ "${SECKILL_KEEP:-0}" = 1 ] || rm -rf "$work"
+}
+trap cleanup EXIT
+ports_free SECKILL_OWN_PORT "${nodes[@]}" $((base + 10)) $((base + 11)) $((base + 12))
+
+psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
+seckill_cluster_create "$work" 0 "${nodes[@]}" 7>&-
+ok "[ $? -eq 0 ]" "a Redis Cluster of three masters on ports ${nodes[*]}" || done_testing
+seckill_configure "SET seckill.redis_cluster = on" "SET seckill.redis_port = ${nodes[0]}"
+seckill_wait_for "[ \"\$(psql_val \"SELECT count(*) FROM seckill.redis_nodes WHERE connected\")\" = 3 ]" 15
+ok "[ $? -eq 0 ]" "the worker is connected to all three" || done_testing_with_logs 20 "$log" "$work"/*/log
+
+psql -XAtq -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+CREATE TABLE cluster_grants (waiter int, token bigint, at timestamptz DEFAULT clock_timestamp());
+CREATE FUNCTION cluster_take(w int) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+	tok bigint := seckill_lock_fair('cl', '60 s');
+BEGIN
+	INSERT INTO cluster_grants (waiter, token) VALUES (w, tok);
+	PERFORM pg_sleep(0.02);
+	PERFORM seckill_unlock('cl');
+END $$;
+SQL
+in_line() { psql_val "SELECT count(*) FROM seckill.locks WHERE name = 'cl' AND state = 'waiting'"; }
+
+session_hold "SELECT seckill_lock_fair('cl');"
+first=$(psql_val "SELECT token FROM seckill.locks WHERE name = 'cl' AND state = 'held'")
+for w in $(seq 1 "$waiters"); do
+	psql -XAtq -v ON_ERROR_STOP=1 -c "SELECT cluster_take($w)" >"$work/waiter-$w.out" 2>&1 7>&- &
+	seckill_wait_for "[ \$(in_line) -eq $w ]" 10 || break
+done
+is "$(in_line)" "$waiters" "the lock held, $waiters sessions waiting in its line"
+
+key="$prefix:{lock:cl}"
+holder=none
+for port in "${nodes[@]}"; do
+	[ "$(rcli "$port" EXISTS "$key")" = 1 ] && holder=$port
+done
+ok "[ $holder != none ]" "its lease is on the master on port $holder" || done_testing_with_logs 20 "$log"
+
+# that master restarts empty, on its own cluster configuration
+run_id() { rcli "$1" INFO server | tr -d '\r' | sed -n 's/^run_id://p'; }
+mark=$(wc -c <"$log")
+before=$(run_id "$holder")
+pid=$(cat "$work/redis-$holder/pid")
+rcli "$holder" SHUTDOWN NOSAVE >/dev/null 2>&1
+seckill_wait_for "! seckill_running $pid" 10
+seckill_cluster_node_start "$work/redis-$holder" "$holder" 7>&-
+seckill_wait_for "seckill_cluster_ok ${nodes[*]}" 20
+ok "[ $? -eq 0 ] && [ \"\$(run_id $holder)\" != '$before' ]" \
+	"the master on port $holder restarted without its data (a new run_id), the cluster ok"
+seckill_wait_for "tail -c +$((mark + 1)) '$log' | grep -q 'seckill worker put back 1 lock lease(s) and $waiters place(s)'" 20
+ok "[ $? -eq 0 ]" "the worker put back the holder's lease and the $waiters places" ||
+	diag "$(tail -c +$((mark + 1)) "$log" | grep -i 'put back\|kept\|lost\|run_id\|epoch')"
+is "$(rcli "$holder" EXISTS "$key")" 1 "the lease is on that master again"
+is "$(psql_val "SELECT count(*) FROM cluster_grants")" 0 "nobody was granted the lock meanwhile"
+is "$(psql_val "SELECT state FROM seckill.locks WHERE name = 'cl' AND owner_pid <> 0 AND state <> 'waiting'")" held \
+	"the holder still holds it"
+
+session_end "SELECT seckill_unlock('cl');"
+seckill_wait_for "[ \$(psql_val 'SELECT count(*) FROM cluster_grants') -eq $waiters ]" 30
+ok "[ $? -eq 0 ]" "the holder let go: all $waiters waiters got the lock"
+is "$(psql_val "SELECT string_agg(waiter::text, ' ' ORDER BY at) FROM cluster_grants")" "$(seq -s ' ' 1 "$waiters")" \
+	"in the order they came"
+is "$(psql_val "SELECT count(*) FROM (SELECT token <= coalesce(lag(token) OVER (ORDER BY at), $first) AS older
+	FROM cluster_grants) g WHERE older")" 0 "each with a newer fencing token than the one before"
+
+done_testing_with_logs 20 "$log" "$work"/*/log

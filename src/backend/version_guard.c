@@ -51,6 +51,7 @@ static void
 guarded_executor_start(QueryDesc *query, int eflags)
 {
 	if (seckill_shared != NULL && MyBackendType == B_BACKEND && !creating_extension &&
+		!(eflags & EXEC_FLAG_EXPLAIN_ONLY) &&
 		query->plannedstmt->resultRelations != NIL && writes_seckill(query->plannedstmt))
 		seckill_check_version();
 	if (prev_executor_start)

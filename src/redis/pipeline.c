@@ -205,10 +205,16 @@ send_to(SkPipeline *p, int n, const int *cmds, const int *to, const bool *asking
 			continue;
 		if (p->secret)
 		{
+			bool		written;
+
 			Assert(whole);
-			if (!sk_tls_write_secret(sk_nodes[i].ctx, p->buf.data, p->buf.len, deadline))
-				return sk_conn_fail(&sk_nodes[i], "write to Redis failed");
 			sk_in_flight = true;
+			/* no cancel before the caller clears the buffer (the deadline bounds it) */
+			HOLD_INTERRUPTS();
+			written = sk_tls_write_secret(sk_nodes[i].ctx, p->buf.data, p->buf.len, deadline);
+			RESUME_INTERRUPTS();
+			if (!written)
+				return sk_conn_fail(&sk_nodes[i], "write to Redis failed");
 			continue;
 		}
 		if (whole)

@@ -427,7 +427,10 @@ sk_tls_write_auth(redisContext *ctx, const char *user, const char *password, Tim
 	if (as_user)
 		appendStringInfo(&buf, "$%zu\r\n%s\r\n", strlen(user), user);
 	appendStringInfo(&buf, "$%zu\r\n%s\r\n", strlen(password), password);
+	/* no cancel between the copy and its clearing (the deadline bounds it) */
+	HOLD_INTERRUPTS();
 	ok = sk_tls_write_secret(ctx, buf.data, buf.len, deadline);
+	RESUME_INTERRUPTS();
 	memset(buf.data, 0, buf.len);
 	pfree(buf.data);
 	return ok;

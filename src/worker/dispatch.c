@@ -290,9 +290,8 @@ sk_dispatch_locks(RoundItem *items, int nitems, SeckillRequestKind kind)
 		}
 		PG_END_TRY();
 	}
+	/* a caller gone: its lock, its place in line, or the one kept for it */
 	for (int i = 0; i < nitems; i++)
-		if (items[i].request.kind == kind &&
-			!sk_answer(&items[i]) && kind == SK_REQ_LOCK &&
-			(items[i].reply.status == SK_OK || items[i].reply.status == SK_BUSY))
-			seckill_lock_hand_back(items[i].request.lock.owner);	/* the lock, or a place in line */
+		if (items[i].request.kind == kind && !sk_answer(&items[i]) && kind == SK_REQ_LOCK)
+			seckill_lock_hand_back(items[i].request.lock.owner);
 }

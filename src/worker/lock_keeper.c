@@ -177,8 +177,9 @@ record(const SeckillRequest *request, SeckillLockState state, int place, Timesta
 	if (e != NULL)
 	{
 		/* a waiter waits since its first ask, unless it lost its place since */
+		/* place 0: an ask that did not reach Redis, or no place known yet */
 		bool		waited = state == LOCK_WAITING && e->state == LOCK_WAITING &&
-			(place == 0 || place <= e->place);
+			(place == 0 || e->place == 0 || place <= e->place);
 		TimestampTz waiting_since = waited ? e->acquired_at : since;
 
 		/* a waiter's asks again are counted in its renewals */

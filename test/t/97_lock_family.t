@@ -165,9 +165,11 @@ seckill_wait_for "[ \$(put_backs) -gt $before ]" 10
 ok "[ $? -eq 0 ]" "Redis restarted empty under the holder: the worker put its lease back"
 seckill_wait_for "[ \$(waiting boom) -ge 8 ]" 10
 is "$(psql_val "SELECT count(*) FROM fam_grants WHERE name = 'boom'")" 0 "... the 8 waiters still wait in line, none granted"
-# the holder releases, held to the end: its hold is row k = 0
-session_end "INSERT INTO fam_grants (name, k, token, granted_at, released_at)
-	SELECT 'boom', 0, $first, '-infinity', clock_timestamp() FROM seckill_unlock('boom') AS held WHERE held;"
+# the holder releases, held to the end: its hold is row k = 0, ending
+# before its unlock (as the waiters' do), which the next holder may beat
+session_end "SELECT clock_timestamp() AS released \gset
+INSERT INTO fam_grants (name, k, token, granted_at, released_at)
+	SELECT 'boom', 0, $first, '-infinity', :'released' FROM seckill_unlock('boom') AS held WHERE held;"
 wait $(cat "$work"/pid-boom-*)
 is "$(psql_val "SELECT count(*) FROM fam_grants WHERE name = 'boom' AND k = 0")" 1 "... and it still held the lock at its release"
 failed=$(grep -l ERROR "$work"/out-boom-* | wc -l)
@@ -178,7 +180,8 @@ is "$(psql_val "SELECT count(*) FILTER (WHERE newer) || '/' || count(*) FROM (SE
 ok "[ $failed -lt 8 ]" "... the line moved on"
 is "$(psql_val "SELECT count(*) FROM fam_grants a JOIN fam_grants b ON a.name = b.name AND a.k < b.k
 	WHERE a.name = 'boom' AND a.granted_at < b.released_at AND b.granted_at < a.released_at")" 0 \
-	"... one at a time, after the holder: no two holds overlap"
+	"... one at a time, after the holder: no two holds overlap" ||
+	diag "$(psql_val "SELECT k, token, granted_at, released_at FROM fam_grants WHERE name = 'boom' ORDER BY granted_at")"
 is "$(cat "$work"/out-boom-* | grep ERROR | grep -vc 'seckill could not reach Redis')" 0 \
 	"... each failure named Redis as its cause" || diag "$(cat "$work"/out-boom-*)"
 

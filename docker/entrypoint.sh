@@ -276,6 +276,13 @@ install -d -o postgres -g postgres -m 2775 "$SOCKETS"
 # during the first start would wait for SIGKILL.
 trap 'exit 143' TERM
 trap 'exit 130' INT
+# A volume the official postgres image made keeps its cluster right in
+# the volume, the parent of this image's PGDATA: say so rather than make a
+# new, empty cluster beside it.
+official=$(dirname "${PGDATA%/}")
+if [ ! -s "$PGDATA/PG_VERSION" ] && [ -s "$official/PG_VERSION" ]; then
+	die "$official holds a cluster (PostgreSQL $(cat "$official/PG_VERSION")), laid out as the official postgres image lays it out, and this image's PGDATA is $PGDATA: set PGDATA=$official to use that cluster (made by PostgreSQL 15), or mount an empty volume"
+fi
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
 	initialize
 fi

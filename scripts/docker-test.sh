@@ -15,7 +15,8 @@
 #     made anew on the same volumes: the orders are still there and the
 #     init scripts did not run again;
 #  2. the image alone, with an init script that fails: the first start
-#     stops with an error naming it, and keeps no cluster;
+#     stops with an error naming it, and keeps no cluster; and on a volume
+#     the official image made: refused, saying how to use it;
 #  3. profile sentinel (a master, a replica, three sentinels; PostgreSQL
 #     finds the master through them) and 4. profile cluster (three masters
 #     made into a Redis Cluster by a one-shot service) and 5. profile tls (a
@@ -434,6 +435,18 @@ ok "grep -q 'function no_such_function() does not exist' '$WORK/bad-init.log' &&
 	"psql's error is in the log, and the next script did not run"
 ok "[ ! -e '$WORK/bad-data/pgdata/PG_VERSION' ]" "no cluster is kept: the next start begins again"
 podman rm -f "$PROJECT-bad-init" >/dev/null 2>&1
+
+# A volume laid out as the official image lays it out (its cluster right in
+# /var/lib/postgresql/data): refused with a message, no new cluster beside it
+mkdir -p "$WORK/official-data"
+echo 15 >"$WORK/official-data/PG_VERSION"
+timeout 60 podman run --name "$PROJECT-official" --network none -e POSTGRES_PASSWORD=x \
+	-v "$WORK/official-data:/var/lib/postgresql/data" "$PG_IMAGE" >"$WORK/official.log" 2>&1
+is "$?" 1 "an official image's volume: the container exits with 1"
+ok "grep -q 'set PGDATA=/var/lib/postgresql/data to use that cluster' '$WORK/official.log' &&
+	[ ! -e '$WORK/official-data/pgdata' ]" "saying how to use it, and makes no new cluster beside it" ||
+	diag "$(tail -n 5 "$WORK/official.log")"
+podman rm -f "$PROJECT-official" >/dev/null 2>&1
 
 # The profiles' stacks, with the image's defaults: superuser postgres,
 # seckill in database postgres.

@@ -176,8 +176,10 @@ record(const SeckillRequest *request, SeckillLockState state, int place, Timesta
 				e = &seckill_locks[i];
 	if (e != NULL)
 	{
-		/* a waiter waits since its first ask, unless it lost its place since */
-		/* place 0: an ask that did not reach Redis, or no place known yet */
+		/*
+		 * A waiter waits since its first ask, unless it lost its place since
+		 * (place 0: an ask that did not reach Redis, or no place known yet).
+		 */
 		bool		waited = state == LOCK_WAITING && e->state == LOCK_WAITING &&
 			(place == 0 || e->place == 0 || place <= e->place);
 		TimestampTz waiting_since = waited ? e->acquired_at : since;
@@ -434,9 +436,7 @@ refuse_grants_held_here(const SeckillRequest *const *requests, int *result, cons
 	ereport(LOG,
 			(errmsg("seckill worker gave back %d grant(s) of a lock another session here holds: Redis had lost its lease",
 					m)));
-	sk_journal_check_epoch();
-	(void) sk_journal_ready();
-	put_back_if_lost();
+	(void) put_back_if_flushed();
 }
 
 /*

@@ -9,39 +9,21 @@
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
+# shellcheck source=test/t/fair_line.sh
+. "$(dirname "$0")/fair_line.sh"
 
 log=$SECKILL_TMP/postgresql.log
 waiters=8
-pids=()
 trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT
 
 psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
-psql -XAtq -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
-CREATE TABLE line_grants (waiter int, token bigint, at timestamptz DEFAULT clock_timestamp());
-CREATE FUNCTION line_take(w int) RETURNS void LANGUAGE plpgsql AS $$
-DECLARE
-	tok bigint := seckill_lock_fair('line', '60 s');
-BEGIN
-	INSERT INTO line_grants (waiter, token) VALUES (w, tok);
-	PERFORM pg_sleep(0.02);
-	PERFORM seckill_unlock('line');
-END $$;
-SQL
-in_line() { psql_val "SELECT count(*) FROM seckill.locks WHERE name = 'line' AND state = 'waiting'"; }
 places() {
 	psql_val "SELECT string_agg(queue_position::text, ' ' ORDER BY acquired_at) FROM seckill.locks
 		WHERE name = 'line' AND state = 'waiting'"
 }
 
-session_hold "SELECT seckill_lock_fair('line');"
-first=$(psql_val "SELECT token FROM seckill.locks WHERE name = 'line' AND state = 'held'")
-# each waiter comes once the one before it stands in line: their order is known
-for w in $(seq 1 "$waiters"); do
-	# (without the holder's session input, which would never close)
-	psql -XAtq -v ON_ERROR_STOP=1 -c "SELECT line_take($w)" >"$SECKILL_TMP/waiter-$w.out" 2>&1 7>&- &
-	pids+=($!)
-	seckill_wait_for "[ \$(in_line) -eq $w ]" 10 || break
-done
+fair_line line
+fair_queue "$waiters" "$SECKILL_TMP"
 is "$(places)" "$(seq -s ' ' 1 "$waiters")" "$waiters waiters in line behind the holder, in the order they came"
 
 # Redis away: every waiter asks again at least every 100 ms, in vain (its
@@ -58,23 +40,22 @@ asked_again() { # how many waiters asked 3 times or more since
 }
 seckill_wait_for "[ \$(asked_again) -eq $waiters ]" 10
 ok "[ $? -eq 0 ]" "each waiter asked again 3 times or more while Redis was away"
-is "$(in_line) / $(places)" "$waiters / $(seq -s ' ' 1 "$waiters")" "and kept its place"
+is "$(fair_in_line) / $(places)" "$waiters / $(seq -s ' ' 1 "$waiters")" "and kept its place"
 
 seckill_redis_start 7>&-
 seckill_wait_for "tail -c +$((mark + 1)) '$log' | grep -q 'seckill worker put back 1 lock lease(s) and $waiters place(s)'" 15
 ok "[ $? -eq 0 ]" "Redis back, empty: the worker put back the holder's lease and the $waiters places" ||
 	diag "$(tail -c +$((mark + 1)) "$log" | grep 'put back\|kept\|lost lock')"
-is "$(psql_val "SELECT count(*) FROM line_grants")" 0 "nobody was granted the lock meanwhile"
+is "$(psql_val "SELECT count(*) FROM fair_grants")" 0 "nobody was granted the lock meanwhile"
 
 session_end "SELECT seckill_unlock('line');"
-seckill_wait_for "[ \$(psql_val 'SELECT count(*) FROM line_grants') -eq $waiters ]" 30
+seckill_wait_for "[ \$(psql_val 'SELECT count(*) FROM fair_grants') -eq $waiters ]" 30
 ok "[ $? -eq 0 ]" "the holder let go: all $waiters waiters got the lock"
-is "$(psql_val "SELECT string_agg(waiter::text, ' ' ORDER BY at) FROM line_grants")" "$(seq -s ' ' 1 "$waiters")" \
+is "$(psql_val "SELECT string_agg(waiter::text, ' ' ORDER BY at) FROM fair_grants")" "$(seq -s ' ' 1 "$waiters")" \
 	"in the order they came"
-is "$(psql_val "SELECT count(*) FROM (SELECT token <= coalesce(lag(token) OVER (ORDER BY at), $first) AS older
-	FROM line_grants) g WHERE older")" 0 "each with a newer fencing token than the one before"
-wait "${pids[@]}"
-pids=()
+is "$(psql_val "SELECT count(*) FROM (SELECT token <= coalesce(lag(token) OVER (ORDER BY at), $fair_first) AS older
+	FROM fair_grants) g WHERE older")" 0 "each with a newer fencing token than the one before"
+wait "${fair_pids[@]}"
 is "$(cat "$SECKILL_TMP"/waiter-*.out | grep -c .)" 0 "no waiter saw an error"
 
 done_testing_with_logs 30 "$log"

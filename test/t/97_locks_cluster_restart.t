@@ -10,6 +10,8 @@ set -uo pipefail
 . "$(dirname "$0")/tap.sh"
 # shellcheck source=test/t/sale.sh
 . "$(dirname "$0")/sale.sh"
+# shellcheck source=test/t/fair_line.sh
+. "$(dirname "$0")/fair_line.sh"
 
 base=$SECKILL_OWN_PORT
 nodes=("$base" $((base + 1)) $((base + 2)))
@@ -32,26 +34,9 @@ seckill_configure "SET seckill.redis_cluster = on" "SET seckill.redis_port = ${n
 seckill_wait_for "[ \"\$(psql_val \"SELECT count(*) FROM seckill.redis_nodes WHERE connected\")\" = 3 ]" 15
 ok "[ $? -eq 0 ]" "the worker is connected to all three" || done_testing_with_logs 20 "$log" "$work"/*/log
 
-psql -XAtq -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
-CREATE TABLE cluster_grants (waiter int, token bigint, at timestamptz DEFAULT clock_timestamp());
-CREATE FUNCTION cluster_take(w int) RETURNS void LANGUAGE plpgsql AS $$
-DECLARE
-	tok bigint := seckill_lock_fair('cl', '60 s');
-BEGIN
-	INSERT INTO cluster_grants (waiter, token) VALUES (w, tok);
-	PERFORM pg_sleep(0.02);
-	PERFORM seckill_unlock('cl');
-END $$;
-SQL
-in_line() { psql_val "SELECT count(*) FROM seckill.locks WHERE name = 'cl' AND state = 'waiting'"; }
-
-session_hold "SELECT seckill_lock_fair('cl');"
-first=$(psql_val "SELECT token FROM seckill.locks WHERE name = 'cl' AND state = 'held'")
-for w in $(seq 1 "$waiters"); do
-	psql -XAtq -v ON_ERROR_STOP=1 -c "SELECT cluster_take($w)" >"$work/waiter-$w.out" 2>&1 7>&- &
-	seckill_wait_for "[ \$(in_line) -eq $w ]" 10 || break
-done
-is "$(in_line)" "$waiters" "the lock held, $waiters sessions waiting in its line"
+fair_line cl
+fair_queue "$waiters" "$work"
+is "$(fair_in_line)" "$waiters" "the lock held, $waiters sessions waiting in its line"
 
 key="$prefix:{lock:cl}"
 holder=none
@@ -75,16 +60,16 @@ seckill_wait_for "tail -c +$((mark + 1)) '$log' | grep -q 'seckill worker put ba
 ok "[ $? -eq 0 ]" "the worker put back the holder's lease and the $waiters places" ||
 	diag "$(tail -c +$((mark + 1)) "$log" | grep -i 'put back\|kept\|lost\|run_id\|epoch')"
 is "$(rcli "$holder" EXISTS "$key")" 1 "the lease is on that master again"
-is "$(psql_val "SELECT count(*) FROM cluster_grants")" 0 "nobody was granted the lock meanwhile"
+is "$(psql_val "SELECT count(*) FROM fair_grants")" 0 "nobody was granted the lock meanwhile"
 is "$(psql_val "SELECT state FROM seckill.locks WHERE name = 'cl' AND owner_pid <> 0 AND state <> 'waiting'")" held \
 	"the holder still holds it"
 
 session_end "SELECT seckill_unlock('cl');"
-seckill_wait_for "[ \$(psql_val 'SELECT count(*) FROM cluster_grants') -eq $waiters ]" 30
+seckill_wait_for "[ \$(psql_val 'SELECT count(*) FROM fair_grants') -eq $waiters ]" 30
 ok "[ $? -eq 0 ]" "the holder let go: all $waiters waiters got the lock"
-is "$(psql_val "SELECT string_agg(waiter::text, ' ' ORDER BY at) FROM cluster_grants")" "$(seq -s ' ' 1 "$waiters")" \
+is "$(psql_val "SELECT string_agg(waiter::text, ' ' ORDER BY at) FROM fair_grants")" "$(seq -s ' ' 1 "$waiters")" \
 	"in the order they came"
-is "$(psql_val "SELECT count(*) FROM (SELECT token <= coalesce(lag(token) OVER (ORDER BY at), $first) AS older
-	FROM cluster_grants) g WHERE older")" 0 "each with a newer fencing token than the one before"
+is "$(psql_val "SELECT count(*) FROM (SELECT token <= coalesce(lag(token) OVER (ORDER BY at), $fair_first) AS older
+	FROM fair_grants) g WHERE older")" 0 "each with a newer fencing token than the one before"
 
 done_testing_with_logs 20 "$log" "$work"/*/log

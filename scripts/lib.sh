@@ -87,16 +87,18 @@ seckill_redis_cli() {
 	redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" "$@"
 }
 
-# seckill_wait_for 'shell condition' timeout_seconds (may be fractional)
+# seckill_wait_for 'shell condition' timeout_seconds [interval_seconds]:
+# the condition tried every interval (0.1 s; longer for a costly one), both
+# may be fractional
 seckill_wait_for() {
-	local cond=$1 timeout=$2 deadline
+	local cond=$1 timeout=$2 interval=${3:-0.1} deadline
 	deadline=$(($(date +%s%3N) + $(awk -v t="$timeout" 'BEGIN { printf "%d", t * 1000 }')))
 	until eval "$cond"; do
 		if [ "$(date +%s%3N)" -ge "$deadline" ]; then
 			seckill_die "timed out after ${timeout}s waiting for: $cond"
 			return 1
 		fi
-		sleep 0.1
+		sleep "$interval"
 	done
 }
 
@@ -186,8 +188,12 @@ seckill_cluster_stop() {
 	return 0
 }
 
+# The server's log: SECKILL_PGLOG, where a test that moves the primary to
+# another server (test/t/24_random_faults.t) says it is
+seckill_pg_log() { echo "${SECKILL_PGLOG:-$SECKILL_TMP/postgresql.log}"; }
+
 seckill_pg_ctl() {
-	seckill_as_postgres pg_ctl -D "$SECKILL_PGDATA" -l "$SECKILL_TMP/postgresql.log" "$@"
+	seckill_as_postgres pg_ctl -D "$SECKILL_PGDATA" -l "$(seckill_pg_log)" "$@"
 }
 
 seckill_pg_restart() {
@@ -199,13 +205,14 @@ seckill_pg_restart() {
 # seckill_configure "SET name = value" | "RESET name" ...: ALTER SYSTEM, reload,
 # and wait until the worker has reloaded its configuration (it logs it).
 seckill_configure() {
-	local before args=() change
-	before=$(grep -c 'seckill worker reloaded its configuration' "$SECKILL_TMP/postgresql.log" || true)
+	local before args=() change log
+	log=$(seckill_pg_log)
+	before=$(grep -c 'seckill worker reloaded its configuration' "$log" || true)
 	for change in "$@"; do
 		args+=(-c "ALTER SYSTEM $change")
 	done
 	psql -XAtq -v ON_ERROR_STOP=1 "${args[@]}" -c "SELECT pg_reload_conf()" >/dev/null || return 1
-	seckill_wait_for "[ \$(grep -c 'seckill worker reloaded its configuration' '$SECKILL_TMP/postgresql.log') -gt $before ]" 10
+	seckill_wait_for "[ \$(grep -c 'seckill worker reloaded its configuration' '$log') -gt $before ]" 10
 }
 
 seckill_worker_pid() {
@@ -339,7 +346,7 @@ seckill_stop_servers() {
 # seckill_print_logs lines
 seckill_print_logs() {
 	local f
-	for f in "$SECKILL_TMP/postgresql.log" "$SECKILL_TMP/redis.log"; do
+	for f in "$(seckill_pg_log)" "$SECKILL_TMP/redis.log"; do
 		[ -s "$f" ] || continue
 		echo "----- last lines of $f -----"
 		tail -n "$1" "$f"

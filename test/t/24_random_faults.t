@@ -11,15 +11,19 @@
 # cancellation of orders.  Beside the sale, 6 sessions take a fair lock in
 # turn and log each hold.  Then everything is healed and the checker holds
 # the log against the invariants of shared/DESIGN.md (I1-I9), each on a line
-# of its own, and the holds: never two holders at once.
+# of its own, and the holds: never two holders at once; with a standby, it
+# holds the primary's orders row for row.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
 
 seconds=${SECKILL_FAULT_SECONDS:-120}
 seed=${SECKILL_FAULT_SEED:-$(((RANDOM << 15 | RANDOM) % 1000000))}
-diag "seed $seed; to rerun: SECKILL_FAULT_SEED=$seed SECKILL_FAULT_SECONDS=$seconds bash scripts/test.sh test/t/24_random_faults.t"
 RANDOM=$seed
+# a synchronous standby, for half the seeds (SECKILL_FAULT_PAIR=1 or 0 to choose)
+pair=${SECKILL_FAULT_PAIR:-$((RANDOM % 2))}
+diag "seed $seed, $([ "$pair" = 1 ] && echo "a primary and its standby" || echo "a lone server"); to rerun:" \
+	"SECKILL_FAULT_SEED=$seed SECKILL_FAULT_PAIR=$pair SECKILL_FAULT_SECONDS=$seconds bash scripts/test.sh test/t/24_random_faults.t"
 # a sold_out answer this long after the last fault or DBA action, while
 # PostgreSQL holds unsold stock of the campaign, is false (I7, I9)
 grace=5
@@ -30,6 +34,15 @@ relay=
 client=
 holders=
 ports_free SECKILL_REDIS_PORT "$relay_port"
+standby_port=
+if [ "$pair" = 1 ]; then
+	standby_port=$((SECKILL_OWN_PORT + 1))
+	standby_dir=$SECKILL_TMP/standby
+	standby_log=$SECKILL_TMP/standby.log
+	ports_free SECKILL_OWN_PORT "$standby_port"
+	export SECKILL_PGLOG=$SECKILL_TMP/postgresql.log
+fi
+first_pgdata=$SECKILL_PGDATA
 
 now_ms() { date +%s%3N; }
 # socat forks a process per connection: signal them all
@@ -54,12 +67,21 @@ heal() {
 	seckill_pg_ready || seckill_pg_ctl -w start >/dev/null
 	seckill_wait_for worker_up 60
 }
+# the pair's servers other than the one test/run.sh stops
+pair_stop() {
+	local dir
+	for dir in "$SECKILL_PGDATA" ${standby_dir:+"$standby_dir"}; do
+		[ "$dir" != "$first_pgdata" ] && [ -f "$dir/postmaster.pid" ] &&
+			seckill_as_postgres pg_ctl -D "$dir" -w -m immediate stop >/dev/null 2>&1
+	done
+}
 cleanup() {
 	[ -n "$client" ] && kill "$client" 2>/dev/null && wait "$client"
 	[ -n "$holders" ] && kill "$holders" 2>/dev/null && wait "$holders"
 	heal >/dev/null 2>&1
 	seckill_configure "RESET seckill.redis_port" >/dev/null 2>&1
 	[ -n "$relay" ] && relay_signal TERM
+	pair_stop
 	[ "${SECKILL_KEEP:-0}" = 1 ] || rm -rf "$work"
 }
 trap cleanup EXIT
@@ -72,6 +94,32 @@ seckill_wait_for "(exec 3<>/dev/tcp/127.0.0.1/$relay_port) 2>/dev/null" 10
 ok "[ $? -eq 0 ]" "a TCP relay to Redis on port $relay_port" || done_testing
 seckill_configure "SET seckill.redis_port = $relay_port"
 ok "[ $? -eq 0 ]" "the worker reaches Redis through the relay" || done_testing
+
+# The standby: a base backup of the primary (its settings with it), started
+# on the other port, made synchronous once it streams, so that a failover
+# loses no ok
+sync_standby() {
+	[ "$(psql_val "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync' AND state = 'streaming'")" = 1 ]
+}
+make_standby() {
+	rm -rf "$standby_dir"
+	seckill_as_postgres pg_basebackup -h 127.0.0.1 -p "$PGPORT" -U postgres -D "$standby_dir" -R -X stream -c fast \
+		>"$work/basebackup.out" 2>&1 || return 1
+	echo "port = $standby_port" >>"$standby_dir/postgresql.conf"
+	seckill_as_postgres pg_ctl -D "$standby_dir" -l "$standby_log" -w start >/dev/null || return 1
+	psql_val "ALTER SYSTEM SET synchronous_standby_names = '*'" >/dev/null &&
+		psql_val "SELECT pg_reload_conf()" >/dev/null &&
+		seckill_wait_for sync_standby 30
+}
+if [ "$pair" = 1 ]; then
+	make_standby
+	ok "[ $? -eq 0 ]" "a synchronous standby on port $standby_port" ||
+		done_testing_with_logs 20 "$work/basebackup.out" "$standby_log"
+fi
+# the client's servers: the primary, and the standby it may become (libpq
+# tries them in turn and keeps the one that takes writes)
+client_env=()
+[ "$pair" = 1 ] && client_env=(PGHOST=127.0.0.1,127.0.0.1 PGPORT="$PGPORT,$standby_port" PGTARGETSESSIONATTRS=read-write)
 
 # The campaigns: a larger one whose buyers keep coming (a pool of users that
 # grows), one of 4 stock shards and a tiny one for fixed pools of 400 users,
@@ -97,13 +145,13 @@ ids=$(psql_val "SELECT string_agg(id::text, ',') FROM seckill.campaigns WHERE go
 connections=$((RANDOM % 17 + 16))
 pairs=4
 : >"$work/answers.log"
-/usr/bin/python3 "$SECKILL_ROOT/test/t/fault_client.py" run "$work/answers.log" "$work/monitor.log" "$work/stop" \
+env "${client_env[@]}" /usr/bin/python3 "$SECKILL_ROOT/test/t/fault_client.py" run "$work/answers.log" "$work/monitor.log" "$work/stop" \
 	"$seed" "$connections" "$pairs" "$big:sliding:3" "$sharded:400" "$tiny:400" 2>"$work/client.err" &
 client=$!
 oks() { grep -c $'\tok\t' "$work/answers.log"; }
 seckill_wait_for "[ \$(oks) -ge 100 ]" 30
 ok "[ $? -eq 0 ]" "the sale is under way: $connections connections, $pairs of them pairs of double clicks" || done_testing
-/usr/bin/python3 "$SECKILL_ROOT/test/t/fault_client.py" locks "$work/locks.log" "$work/stop" 6 "rf-lock-$seed" \
+env "${client_env[@]}" /usr/bin/python3 "$SECKILL_ROOT/test/t/fault_client.py" locks "$work/locks.log" "$work/stop" 6 "rf-lock-$seed" \
 	2>"$work/holders.err" &
 holders=$!
 started=$(now_ms)
@@ -158,9 +206,41 @@ nemesis_redis_stop() {
 	kill -CONT "$pid"
 	detail="Redis $pid stopped (SIGSTOP) for $ms ms${detail:+; $detail}"
 }
+# with a standby, the DBA's runbook (docs/OPERATIONS.md): the primary waits
+# for seckill_epoch_claim() after Redis lost its data, run 0.2 to 3 s later
+claimed() { timeline=$(psql_val "SELECT seckill_epoch_claim()" 2>/dev/null) && [ -n "$timeline" ]; }
 nemesis_redis_empty() {
+	local t0 timeline=
 	seckill_redis_restart_empty
 	detail="Redis restarted empty: $(seckill_redis_ready && echo up || echo down)"
+	[ "$pair" = 1 ] || return 0
+	sleep "$(seconds_ms $((RANDOM % 2800 + 200)))"
+	t0=$(now_ms)
+	seckill_wait_for claimed 30 2>/dev/null
+	detail+="; seckill_epoch_claim(): ${timeline:-failed} after $(($(now_ms) - t0)) ms"
+}
+# the primary crashes, the standby is promoted and, once it sells, the old
+# primary is made its synchronous standby (no synchronous standby is asked
+# for meanwhile, as Patroni does, else its commits would wait)
+nemesis_pg_failover() {
+	local pid t0 took old_port=$PGPORT old_dir=$SECKILL_PGDATA old_log=$SECKILL_PGLOG
+	pid=$(worker_pid)
+	t0=$(now_ms)
+	seckill_pg_ctl -m immediate stop >/dev/null 2>&1
+	seckill_as_postgres pg_ctl -D "$standby_dir" -w promote >/dev/null 2>&1
+	PGPORT=$standby_port SECKILL_PGDATA=$standby_dir SECKILL_PGLOG=$standby_log
+	standby_port=$old_port standby_dir=$old_dir standby_log=$old_log
+	psql_val "ALTER SYSTEM RESET synchronous_standby_names" >/dev/null 2>&1
+	psql_val "SELECT pg_reload_conf()" >/dev/null 2>&1
+	seckill_wait_for "worker_replaced ${pid:-none}" 60 2>/dev/null
+	took=$(($(now_ms) - t0))
+	detail="primary on port $old_port crashed, the standby on port $PGPORT promoted to timeline"
+	detail+=" $(psql_val "SELECT ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::int" 2>&1),"
+	detail+=" worker $(worker_pid) in $took ms;"
+	t0=$(now_ms)
+	make_standby >/dev/null 2>&1
+	detail+=" the old primary made its synchronous standby: $(sync_standby && echo done || echo failed)"
+	detail+=" in $(($(now_ms) - t0)) ms"
 }
 nemesis_net_cut() {
 	local ms=$((RANDOM % 4000 + 1000))
@@ -212,6 +292,7 @@ act() {
 }
 
 kinds=(kill_worker cancel_worker redis_stop redis_empty net_cut pg_restart reconcile restock release cancel_orders)
+[ "$pair" = 1 ] && kinds+=(pg_failover)
 order=("${kinds[@]}")
 for ((i = ${#order[@]} - 1; i > 0; i--)); do
 	j=$((RANDOM % (i + 1)))
@@ -449,6 +530,18 @@ diag "lock holders: $alone; errors: $(awk -F'\t' '$1 == "E" { print $4 }' "$work
 read -r _ holds _ ended _ unlocked_false _ overlaps _ older <<<"$alone"
 ok "[ ${ended:-0} -ge 100 ]" "11. the lock was held $ended times through the faults"
 is "$overlaps $older" "0 0" "11. never two lock holders at once, tokens rising in grant order ($unlocked_false releases answered false)"
+
+# 12. With a standby: it replays what the primary committed, and holds the
+# same orders and campaigns, row for row
+if [ "$pair" = 1 ]; then
+	rows="SELECT md5(coalesce(string_agg(o.id || ' ' || o.user_id || ' ' || o.status, ',' ORDER BY o.id), '')) || ' '
+		|| (SELECT string_agg(c.id || ':' || c.sold, ',' ORDER BY c.id) FROM seckill.campaigns c WHERE c.id IN ($ids))
+		FROM seckill.orders o WHERE o.campaign_id IN ($ids)"
+	lsn=$(psql_val "SELECT pg_current_wal_lsn()")
+	seckill_wait_for "[ \"\$(psql -XAtq -p $standby_port -c \"SELECT pg_last_wal_replay_lsn() >= '$lsn'\")\" = t ]" 30
+	is "$(psql -XAtq -p "$standby_port" -c "$rows" 2>&1)" "$(psql_val "$rows")" \
+		"12. the standby on port $standby_port holds the orders and the sold counts of the primary on port $PGPORT, after $(grep -c $'\tpg_failover\t' "$work/nemesis.log") failovers"
+fi
 
 [ "$TAP_FAILED" -gt 0 ] && diag "the nemesis (s into the run, ms it took):" \
 	"$(awk -F'\t' -v s="$started" '{ printf "%7.1f %6d %s: %s\n", ($1 - s) / 1000, $2 - $1, $3, $4 }' "$work/nemesis.log")"

@@ -19,8 +19,9 @@
 #  6. sells on when the killed node, back as a replica, takes over again by
 #     CLUSTER FAILOVER.
 # After each: no oversell, nobody twice, every ok an order.
-# Runs alone: its six Redis nodes and fault phases under crowds of fixed
-# length, beside other sales on two cores, sold too little to finish in time.
+# The crowds of the fault phases buy until each phase's checks are done.
+# Runs alone: beside another file on two cores, the sale of section 1 once
+# slowed to 47 calls/s (1,000 alone) and stopped short of its stock.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
@@ -231,7 +232,7 @@ for port in "${masters[@]}"; do
 done
 src_id=$(rcli "$src" CLUSTER MYID)
 dst_id=$(rcli "$dst" CLUSTER MYID)
-sale_crowd 30 move 30000 64 2000
+sale_crowd until move 30000 64 2000
 CROWD=$SALE_CROWD
 seckill_wait_for "[ \$(oks_since '-infinity') -ge 2000 ]" 30
 ok "[ $? -eq 0 ]" "move: the sale of campaign $SALE_CID (slot $slot, on port $src) is under way" || finish
@@ -286,13 +287,13 @@ sale_finish
 #    its replica is promoted, and the campaigns are rebuilt for the new set
 #    of masters
 replica=$(replica_of "$seed")
-# under_way name: a crowd of 64 connections, 1,000 calls/s for 15 s, and the
+# under_way name: a crowd of 64 connections, 1,000 calls/s until its end, and the
 # sale under way; since, mark and comp taken before it
 under_way() {
 	since=$(pg_now)
 	mark=$(wc -c <"$log")
 	comp=$(compensations)
-	sale_crowd 15 "$1" 30000 64 1000
+	sale_crowd until "$1" 30000 64 1000
 	CROWD=$SALE_CROWD
 	seckill_wait_for "[ \$(oks_since '$since') -ge 1000 ]" 30
 	ok "[ $? -eq 0 ]" "$1: the sale is under way" || finish

@@ -22,16 +22,30 @@ sale_begin() {
 	SALE_CID=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$SALE_GOODS'")
 }
 
-# sale_crowd seconds name [users [connections [rate]]]: 64 connections,
-# 2,000 calls/s in all, users drawn from [1, users] (default 30,000) so that
-# many ask twice; in the background, its pid in SALE_CROWD, its pgbench
-# output in $SALE_WORK/name.out
+# sale_crowd seconds|until name [users [connections [rate]]]: 64
+# connections, 2,000 calls/s in all, users drawn from [1, users] (default
+# 30,000) so that many ask twice; in the background, its pid in SALE_CROWD,
+# its pgbench output in $SALE_WORK/name.out.  A crowd "until" buys until
+# crowd_end stops it: each connection ends at its next call (crowd_on).
 sale_crowd() {
+	local seconds=$1 on=
+	if [ "$1" = until ]; then
+		seconds=900
+		on=" FROM crowd_on('$2')"
+		psql_val "CREATE TABLE IF NOT EXISTS crowd_stops (name text PRIMARY KEY);
+			DELETE FROM crowd_stops WHERE name = '$2';
+			CREATE OR REPLACE FUNCTION crowd_on(crowd text) RETURNS void LANGUAGE plpgsql AS \$\$
+			BEGIN
+				IF EXISTS (SELECT 1 FROM crowd_stops WHERE name = crowd) THEN
+					RAISE EXCEPTION 'crowd % stopped', crowd;
+				END IF;
+			END \$\$" >/dev/null
+	fi
 	cat >"$SALE_WORK/$2.sql" <<SQL
 \set u random(1, ${3:-30000})
-SELECT try_buy('user-' || :u, '$SALE_GOODS');
+SELECT try_buy('user-' || :u, '$SALE_GOODS')$on;
 SQL
-	pgbench -n -c "${4:-64}" -j 2 -R "${5:-2000}" -T "$1" -f "$SALE_WORK/$2.sql" \
+	pgbench -n -c "${4:-64}" -j 2 -R "${5:-2000}" -T "$seconds" -f "$SALE_WORK/$2.sql" \
 		--log --log-prefix="$SALE_WORK/$2-txn" >"$SALE_WORK/$2.out" 2>&1 &
 	SALE_CROWD=$!
 }
@@ -182,9 +196,18 @@ figures() {
 # After a crowd of sale_crowd (its pid in CROWD), of a test with Redis
 # servers of its own: what became of the calls, and of the campaign
 crowd_end() {
+	local until=0 aborted
+	grep -q "crowd_on('$1')" "$SALE_WORK/$1.sql" && until=1
+	[ $until = 1 ] && psql_val "INSERT INTO crowd_stops VALUES ('$1')" >/dev/null
 	wait "$CROWD"
 	CROWD=
 	ok "grep -q 'number of failed transactions: 0' '$SALE_WORK/$1.out'" "$1: every call of the crowd returned"
+	if [ $until = 1 ]; then
+		aborted=$(grep -c 'aborted in command' "$SALE_WORK/$1.out")
+		ok "[ $aborted -gt 0 ] && [ $aborted -eq \$(grep -c 'crowd $1 stopped' '$SALE_WORK/$1.out') ]" \
+			"$1: the crowd's $aborted connections ended when told, on nothing else" ||
+			diag "$(grep 'aborted in command' "$SALE_WORK/$1.out" | grep -v 'stopped' | head -3)"
+	fi
 	local slowest
 	slowest=$(sale_slowest "$1")
 	ok "[ $slowest -lt 6000 ]" "$1: the slowest call took $slowest ms (request timeout 5000 ms)"

@@ -2,8 +2,8 @@
 # The benchmark's short run: every contender runs, the report and the chart
 # are written, and the benchmark's own invariant check passes.  (The figures
 # themselves are not judged here: see docs/PERFORMANCE.md.)
-# Runs alone: it loads both cores, and its figures are read as the
-# machine's.
+# It runs beside other files: its figures are the smoke run's, not the
+# machine's (scripts/bench.sh without --smoke, alone, gives those).
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"

@@ -311,14 +311,16 @@ pin_environment(void)
 /*
  * Wait for requests, at most timeout_ms (-1: no limit).  Callers set the
  * worker's latch only while it says it waits (call.c): it says so, then
- * looks at the queue once more.
+ * looks at the queue once more.  A lock handed back sets the latch
+ * whenever it marks the lock table changed, and a Redis wait since
+ * between_rounds may have consumed that wake-up: the mark is looked at too.
  */
 static void
 wait_for_requests(long timeout_ms)
 {
 	pg_atomic_write_u32(&seckill_shared->worker_idle, 1);
 	pg_memory_barrier();
-	if (seckill_queue_empty())
+	if (seckill_queue_empty() && pg_atomic_read_u32(&seckill_lock_table->changed) == 0)
 		sk_redis_wait_idle(timeout_ms);
 	pg_atomic_write_u32(&seckill_shared->worker_idle, 0);
 }

@@ -8,11 +8,13 @@ set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-# the client examples' drivers (test/t/47_clients.t): psycopg 3, and Node.js
-# with npm unless the machine has them (pg itself comes from the npm
-# registry); PgBouncer (test/t/48_pgbouncer.t); postgres_exporter
-# (test/t/62_exporter.t); the Debian package's build (test/t/04_debian_package.t)
-SECKILL_PACKAGES+=(python3-psycopg pgbouncer prometheus-postgres-exporter debhelper postgresql-server-dev-all)
+# the client examples' drivers (test/t/47_clients.t): psycopg 3, a JDK with
+# pgJDBC, HikariCP and slf4j, Go with pgx v4, and Node.js with npm unless the
+# machine has them (pg itself comes from the npm registry); PgBouncer
+# (test/t/48_pgbouncer.t); postgres_exporter (test/t/62_exporter.t); the
+# Debian package's build (test/t/04_debian_package.t)
+SECKILL_PACKAGES+=(python3-psycopg default-jdk-headless libpostgresql-jdbc-java libhikaricp-java libslf4j-java
+	golang-go golang-github-jackc-pgx-v4-dev pgbouncer prometheus-postgres-exporter debhelper postgresql-server-dev-all)
 command -v npm >/dev/null || SECKILL_PACKAGES+=(nodejs npm)
 seckill_install_deps
 # with the crash points of the fault tests (test/t/70_crash_points.t)
@@ -20,7 +22,8 @@ seckill_build_install CRASH_POINTS=1
 
 # One initdb for every server the files start (seckill_initdb)
 template=$(mktemp -d /tmp/seckill-template.XXXXXX)
-trap 'rm -rf "$template"; rmdir /sys/fs/cgroup/cpuacct/seckill-test-* 2>/dev/null' EXIT
+# (the groups of files another run still runs stay)
+trap 'rm -rf "$template"; rmdir /sys/fs/cgroup/cpuacct/seckill-test-* 2>/dev/null || true' EXIT
 seckill_make_template "$template"
 # The files take slots of their own (seckill_start_servers)
 unset SECKILL_PG_PORT SECKILL_REDIS_PORT SECKILL_OWN_PORT

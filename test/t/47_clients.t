@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The client examples of docs/CLIENTS.md, examples/node (node-postgres) and
-# examples/python (psycopg 3), each buy for 300 users on 16 connections while
-# Redis stalls past their request timeout and some of their connections are
-# terminated.  Every call whose outcome was unknown asks seckill_order(), and
-# every answer they report matches seckill.orders: a user reported as a buyer
-# holds exactly that order, every other user holds none.
+# The client examples of docs/CLIENTS.md, examples/node (node-postgres),
+# examples/python (psycopg 3), examples/java (pgJDBC with a HikariCP pool) and
+# examples/go (pgx v4 with pgxpool), each buy for 300 users on 16 connections
+# while Redis stalls past their request timeout and some of their connections
+# are terminated.  Every call whose outcome was unknown asks seckill_order(),
+# and every answer they report matches seckill.orders: a user reported as a
+# buyer holds exactly that order, every other user holds none.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
@@ -20,6 +21,18 @@ psql_val "CREATE EXTENSION seckill" >/dev/null
 cp -r "$SECKILL_ROOT/examples/node" "$work/node"
 (cd "$work/node" && npm ci --no-audit --no-fund >"$work/npm.out" 2>&1)
 ok "[ $? -eq 0 ]" "npm ci: pg for the Node.js example" || diag "$(tail -5 "$work/npm.out")"
+
+# the Java example against Debian's jars, and slf4j-simple for HikariCP's log
+jars=/usr/share/java/postgresql.jar:/usr/share/java/HikariCP.jar
+jars+=:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar
+mkdir "$work/java"
+javac -cp "$jars" -d "$work/java" "$SECKILL_ROOT/examples/java/Shop.java" >"$work/javac.out" 2>&1
+ok "[ $? -eq 0 ]" "javac: the Java example, with pgJDBC and HikariCP" || diag "$(tail -5 "$work/javac.out")"
+
+# the Go example against Debian's pgx v4, offline in GOPATH mode
+(cd "$SECKILL_ROOT/examples/go" && GOPATH=/usr/share/gocode GO111MODULE=off go build -o "$work/go-shop" shop.go) \
+	>"$work/go.out" 2>&1
+ok "[ $? -eq 0 ]" "go build: the Go example, with pgx v4" || diag "$(tail -5 "$work/go.out")"
 
 # Redis answers within seckill.redis_timeout (5 s), after the examples'
 # seckill.request_timeout (2 s): calls time out while their purchase goes on
@@ -70,6 +83,8 @@ SQL
 
 run node node "$work/node/shop.js"
 run python /usr/bin/python3 "$SECKILL_ROOT/examples/python/shop.py"
+run java java -cp "$work/java:$jars" Shop
+run go "$work/go-shop"
 
 seckill_configure "RESET seckill.redis_timeout"
 done_testing

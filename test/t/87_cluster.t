@@ -158,15 +158,16 @@ ok "[ $(wc -w <<<"$homes") -eq 3 ] && ! grep -q none <<<'$homes'" \
 	"$((count - 1)) campaigns of 1,000 preheated, on the masters$homes"
 total=$((6000 + (count - 1) * 1000))
 
-cat >"$work/crowd.sql" <<SQL
+cat >"$work/sell.sql" <<SQL
 \set u random(1, 40000)
 \set g random(1, $count)
-SELECT try_buy('user-' || :u, '$goods-' || :g);
+SELECT try_buy('user-' || :u, '$goods-' || :g) FROM crowd_on('sell');
 SQL
 started=$(date +%s)
 sold_on_cluster() { psql_val "SELECT sum(sold) FROM seckill.campaigns WHERE goods LIKE '$goods-%'"; }
-sell_until sold_on_cluster $total -n -c 64 -j 2 -T 3 -f "$work/crowd.sql" >>"$work/crowd.out" 2>&1
-diag "sold $total items on $count campaigns in $(($(date +%s) - started)) s: $(answers '-infinity')"
+sell_until sold_on_cluster $total "$work/sell.sql" 64
+crowd_stopped sell "$work/sell.out"
+diag "sold $(sold_on_cluster) items of $total on $count campaigns in $(($(date +%s) - started)) s: $(answers '-infinity')"
 is "$(error_count '-infinity')" 0 "every call answered without an error" || diag "$(errors '-infinity')"
 is "$(psql_val "SELECT string_agg(goods, ' ') FROM seckill.campaigns c WHERE goods LIKE '$goods-%' AND NOT (
 	c.sold = c.total_stock AND c.sold = (SELECT coalesce(sum(qty), 0) FROM seckill.orders o

@@ -22,24 +22,41 @@ sale_begin() {
 	SALE_CID=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$SALE_GOODS'")
 }
 
+# crowd_stoppable name: crowd_on(name) lets a crowd's statement through
+# until crowd_stop name, then ends each of its connections at its next call
+# with the error "crowd <name> stopped"
+crowd_stoppable() {
+	psql_val "CREATE TABLE IF NOT EXISTS crowd_stops (name text PRIMARY KEY);
+		DELETE FROM crowd_stops WHERE name = '$1';
+		CREATE OR REPLACE FUNCTION crowd_on(crowd text) RETURNS void LANGUAGE plpgsql AS \$\$
+		BEGIN
+			IF EXISTS (SELECT 1 FROM crowd_stops WHERE name = crowd) THEN
+				RAISE EXCEPTION 'crowd % stopped', crowd;
+			END IF;
+		END \$\$" >/dev/null
+}
+crowd_stop() { psql_val "INSERT INTO crowd_stops VALUES ('$1')" >/dev/null; }
+# crowd_stopped name out: every connection of that crowd ended when told,
+# on nothing else, as its pgbench output says
+crowd_stopped() {
+	local aborted
+	aborted=$(grep -c 'aborted in command' "$2")
+	ok "[ $aborted -gt 0 ] && [ $aborted -eq \$(grep -c 'crowd $1 stopped' '$2') ]" \
+		"$1: the crowd's $aborted connections ended when told, on nothing else" ||
+		diag "$(grep 'aborted in command' "$2" | grep -v 'stopped' | head -3)"
+}
+
 # sale_crowd seconds|until name [users [connections [rate]]]: 64
 # connections, 2,000 calls/s in all, users drawn from [1, users] (default
 # 30,000) so that many ask twice; in the background, its pid in SALE_CROWD,
 # its pgbench output in $SALE_WORK/name.out.  A crowd "until" buys until
-# crowd_end stops it: each connection ends at its next call (crowd_on).
+# crowd_end stops it.
 sale_crowd() {
 	local seconds=$1 on=
 	if [ "$1" = until ]; then
 		seconds=900
 		on=" FROM crowd_on('$2')"
-		psql_val "CREATE TABLE IF NOT EXISTS crowd_stops (name text PRIMARY KEY);
-			DELETE FROM crowd_stops WHERE name = '$2';
-			CREATE OR REPLACE FUNCTION crowd_on(crowd text) RETURNS void LANGUAGE plpgsql AS \$\$
-			BEGIN
-				IF EXISTS (SELECT 1 FROM crowd_stops WHERE name = crowd) THEN
-					RAISE EXCEPTION 'crowd % stopped', crowd;
-				END IF;
-			END \$\$" >/dev/null
+		crowd_stoppable "$2"
 	fi
 	cat >"$SALE_WORK/$2.sql" <<SQL
 \set u random(1, ${3:-30000})
@@ -96,19 +113,28 @@ sale_invariants() {
 			AND o.user_id = a.user_id)")" 0 "${label}every ok answer has its committed order"
 }
 
-# sell_until count target pgbench-arguments...: pgbench again and again
-# until the command count prints target or more; on a busy machine a round
-# sells less, so what bounds it is five rounds in a row that sold nothing
+# sell_until count target script [connections]: one crowd of pgbench, 32
+# connections kept open (new ones every round would cost more than the
+# sale), running script, whose statement ends with FROM crowd_on('<the
+# script's name>'), until the command count prints target or more, or 10 s
+# pass without a sale; its output in script.out
 sell_until() {
-	local count=$1 target=$2 sold now idle=0
-	shift 2
+	local count=$1 target=$2 script=$3 name pid sold now idle_since
+	[ "$($count)" -ge "$target" ] && return 0
+	name=$(basename "$script" .sql)
+	crowd_stoppable "$name"
+	pgbench -n -c "${4:-32}" -j 2 -T 900 -f "$script" >"${script%.sql}.out" 2>&1 &
+	pid=$!
 	sold=$($count)
-	while [ "$sold" -lt "$target" ] && [ $idle -lt 5 ]; do
-		pgbench "$@"
+	idle_since=$(date +%s)
+	while [ "$sold" -lt "$target" ] && [ $(($(date +%s) - idle_since)) -lt 10 ] && kill -0 "$pid" 2>/dev/null; do
+		sleep 0.5
 		now=$($count)
-		if [ "$now" -gt "$sold" ]; then idle=0; else idle=$((idle + 1)); fi
+		[ "$now" -gt "$sold" ] && idle_since=$(date +%s)
 		sold=$now
 	done
+	crowd_stop "$name"
+	wait "$pid"
 }
 
 # sale_finish: reconcile, sell the rest, check the invariants, print the figures
@@ -120,9 +146,9 @@ sale_finish() {
 		"after reconcile: Redis' stock = total - sold, journal empty"
 	cat >"$SALE_WORK/rest.sql" <<SQL
 \set u random(1, 1000000000000000000)
-SELECT try_buy('fresh-' || :u, '$SALE_GOODS');
+SELECT try_buy('fresh-' || :u, '$SALE_GOODS') FROM crowd_on('rest');
 SQL
-	sell_until sale_orders "$SALE_STOCK" -n -c 32 -j 2 -T 2 -f "$SALE_WORK/rest.sql" >/dev/null 2>&1
+	sell_until sale_orders "$SALE_STOCK" "$SALE_WORK/rest.sql"
 	is "$(sale_orders)" "$SALE_STOCK" "fresh buyers sold the rest: exactly $SALE_STOCK orders"
 	sale_invariants "$SALE_CID" "$SALE_STOCK"
 	is "$(psql_val "SELECT count(*) FROM seckill.compensations c JOIN seckill.orders o ON o.id = c.request_id")" 0 \
@@ -196,18 +222,13 @@ figures() {
 # After a crowd of sale_crowd (its pid in CROWD), of a test with Redis
 # servers of its own: what became of the calls, and of the campaign
 crowd_end() {
-	local until=0 aborted
+	local until=0
 	grep -q "crowd_on('$1')" "$SALE_WORK/$1.sql" && until=1
-	[ $until = 1 ] && psql_val "INSERT INTO crowd_stops VALUES ('$1')" >/dev/null
+	[ $until = 1 ] && crowd_stop "$1"
 	wait "$CROWD"
 	CROWD=
 	ok "grep -q 'number of failed transactions: 0' '$SALE_WORK/$1.out'" "$1: every call of the crowd returned"
-	if [ $until = 1 ]; then
-		aborted=$(grep -c 'aborted in command' "$SALE_WORK/$1.out")
-		ok "[ $aborted -gt 0 ] && [ $aborted -eq \$(grep -c 'crowd $1 stopped' '$SALE_WORK/$1.out') ]" \
-			"$1: the crowd's $aborted connections ended when told, on nothing else" ||
-			diag "$(grep 'aborted in command' "$SALE_WORK/$1.out" | grep -v 'stopped' | head -3)"
-	fi
+	[ $until = 1 ] && crowd_stopped "$1" "$SALE_WORK/$1.out"
 	local slowest
 	slowest=$(sale_slowest "$1")
 	ok "[ $slowest -lt 6000 ]" "$1: the slowest call took $slowest ms (request timeout 5000 ms)"

@@ -88,12 +88,10 @@ seckill_redis_cli() {
 }
 
 # seckill_wait_for 'shell condition' timeout_seconds [interval_seconds]:
-# the condition tried every interval, both may be fractional.  0.2 s: a
-# condition that asks PostgreSQL costs a connection, 55 ms and 75 ms of CPU
-# (psql's start, the backend's fork), so that polling every 0.1 s took half
-# a core for as long as it waited.
+# the condition tried every interval (0.1 s; longer for a costly one), both
+# may be fractional
 seckill_wait_for() {
-	local cond=$1 timeout=$2 interval=${3:-0.2} deadline
+	local cond=$1 timeout=$2 interval=${3:-0.1} deadline
 	deadline=$(($(date +%s%3N) + $(awk -v t="$timeout" 'BEGIN { printf "%d", t * 1000 }')))
 	until eval "$cond"; do
 		if [ "$(date +%s%3N)" -ge "$deadline" ]; then

@@ -53,10 +53,14 @@ run() {
 	kill -STOP "$redis_pid"
 	"$@" "$goods" 1 300 >"$out" 2>"$work/$name.err" &
 	client=$!
-	waiting="SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Extension' AND query LIKE '%FROM seckill_buy(%'"
+	# a call in seckill_buy that timed out goes on to seckill_order(), which
+	# waits too: both count, so that the state lasts while Redis is frozen
+	# (the pool opens its connections one by one meanwhile)
+	waiting="SELECT pid, query LIKE '%FROM seckill_buy(%' AS buying FROM pg_stat_activity
+		WHERE wait_event_type = 'Extension' AND query ~ 'FROM seckill_(buy|order)\\('"
 	seckill_wait_for "[ \$(psql_val \"SELECT count(*) FROM ($waiting) w\") -ge 16 ]" 30
 	ok "[ $? -eq 0 ]" "$name: its 16 connections wait on the frozen Redis"
-	psql_val "SELECT count(pg_terminate_backend(pid)) FROM ($waiting LIMIT 4) w" >/dev/null
+	psql_val "SELECT count(pg_terminate_backend(pid)) FROM ($waiting ORDER BY buying DESC LIMIT 4) w" >/dev/null
 	sleep 3 # the rest of the stall, longer than the examples' request timeout
 	kill -CONT "$redis_pid"
 	wait "$client"

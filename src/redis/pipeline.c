@@ -29,14 +29,6 @@ static const char *const *script_source = NULL;
 static int	nscripts = 0;
 static char (*script_sha)[41] = NULL;
 
-/*
- * Work to do once the next pipeline is on its way to Redis, before its
- * replies are read (sk_pipeline_exec_meanwhile), and the time it took, which
- * the replies' deadline does not count.
- */
-static void (*meanwhile) (void) = NULL;
-static TimestampTz meanwhile_took = 0;
-
 /* Where a command that did not run goes next (topology.c's). */
 static SkRedirectFn redirect = NULL;
 
@@ -54,25 +46,6 @@ void
 sk_pipeline_set_redirect(SkRedirectFn fn)
 {
 	redirect = fn;
-}
-
-/* After an error broke off a round: its work is not done. */
-void
-sk_pipeline_forget_meanwhile(void)
-{
-	meanwhile = NULL;
-}
-
-static void
-run_meanwhile(void)
-{
-	void		(*work) (void) = meanwhile;
-	TimestampTz begun = GetCurrentTimestamp();
-
-	meanwhile = NULL;
-	if (work)
-		work();
-	meanwhile_took = GetCurrentTimestamp() - begun;
 }
 
 static bool
@@ -160,20 +133,34 @@ append_command(StringInfo buf, const SkPipeline *p, int cmd)
 }
 
 /*
+ * Commands on their way: what each connection owes (NodeShare), and when
+ * they went out.  The replies' deadline does not count the time between
+ * the sending and the reading, which is the caller's (sk_pipeline_send).
+ */
+typedef struct Outbound
+{
+	NodeShare  *share;
+	TimestampTz start;
+	TimestampTz sent;
+	TimestampTz deadline;
+} Outbound;
+
+/*
  * Send commands cmds[0..n-1] of p (all of them, in order, when cmds is
  * NULL), command k to node to[k] after an ASKING when asking[k], to every
- * node at once, and read the replies into out[] by command by the
- * deadline.  A command whose slot no node serves is not sent: its reply is
- * a CLUSTERDOWN error.
+ * node at once, by the deadline.  A command whose slot no node serves is
+ * not sent: its reply, in out[], is a CLUSTERDOWN error.
  */
 static bool
-send_to(SkPipeline *p, int n, const int *cmds, const int *to, const bool *asking, SkReply *out,
-		TimestampTz deadline)
+send_out(SkPipeline *p, int n, const int *cmds, const int *to, const bool *asking, SkReply *out,
+		 TimestampTz deadline, Outbound *ob)
 {
-	TimestampTz start = GetCurrentTimestamp();
 	NodeShare  *share = palloc0(sizeof(NodeShare) * sk_nnodes);
 	bool		whole = cmds == NULL && asking == NULL;
 
+	ob->start = GetCurrentTimestamp();
+	ob->share = share;
+	ob->deadline = deadline;
 	for (int k = 0; k < n; k++)
 	{
 		int			cmd = cmds ? cmds[k] : k;
@@ -241,19 +228,41 @@ send_to(SkPipeline *p, int n, const int *cmds, const int *to, const bool *asking
 	for (int i = 0; sk_connected && i < sk_nnodes; i++)
 		if (share[i].count > 0 && sk_published[i] >= 0)
 			pg_atomic_fetch_add_u64(&seckill_redis_nodes->node[sk_published[i]].round_trips, 1);
-	if (meanwhile)
-	{
-		run_meanwhile();
-		deadline += meanwhile_took;
-		start += meanwhile_took;
-	}
-	if (!read_replies(share, out, deadline))
+	ob->sent = GetCurrentTimestamp();
+	return true;
+}
+
+/*
+ * Read the replies of send_out's commands into out[] by its deadline, moved
+ * on by the time since they went out.
+ */
+static bool
+read_back(Outbound *ob, int n, const int *cmds, const int *to, SkReply *out)
+{
+	TimestampTz away = GetCurrentTimestamp() - ob->sent;
+
+	ob->deadline += away;
+	if (!read_replies(ob->share, out, ob->deadline))
 		return false;
 	sk_in_flight = false;
 	for (int k = 0; k < n; k++)
 		if (to[k] >= 0 && !sk_failover_serving(&out[cmds ? cmds[k] : k], &sk_nodes[to[k]]))
 			return false;
-	seckill_hist_record(&seckill_figures->redis_latency, GetCurrentTimestamp() - start);
+	seckill_hist_record(&seckill_figures->redis_latency, GetCurrentTimestamp() - ob->start - away);
+	return true;
+}
+
+/* send_out, then read_back. */
+static bool
+send_to(SkPipeline *p, int n, const int *cmds, const int *to, const bool *asking, SkReply *out,
+		TimestampTz *deadline)
+{
+	Outbound	ob;
+
+	if (!send_out(p, n, cmds, to, asking, out, *deadline, &ob) ||
+		!read_back(&ob, n, cmds, to, out))
+		return false;
+	*deadline = ob.deadline;
 	return true;
 }
 
@@ -262,11 +271,11 @@ bool
 sk_pipeline_send_to_node(SkNode *node, SkPipeline *p, SkReply *out)
 {
 	int		   *to = palloc(sizeof(int) * Max(p->count, 1));
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout);
 
 	for (int i = 0; i < p->count; i++)
 		to[i] = node - sk_nodes;
-	return send_to(p, p->count, NULL, to, NULL, out,
-				   TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout));
+	return send_to(p, p->count, NULL, to, NULL, out, &deadline);
 }
 
 void
@@ -371,35 +380,65 @@ sk_pipeline_load_scripts(SkNode *node)
 #define RESEND_RETRIES 5
 #define TRYAGAIN_PAUSE_MS 2
 
+/* A pipeline on its way (sk_pipeline_send), its replies not read yet. */
+struct SkFlight
+{
+	SkPipeline *p;
+	SkReply    *replies;
+	int		   *to;				/* each command's connection */
+	Outbound	out;
+	bool		failed;			/* Redis failed already */
+};
+
 /*
- * Send the pipeline and read all its replies, all within one
- * seckill.redis_timeout.  NULL when Redis failed: the connections are then
- * closed and sk_redis_error() says why.  The commands Redis answered
- * without running them are sent again where the reply says
+ * Send the pipeline to every master its commands go to, not waiting for the
+ * replies: sk_pipeline_receive() reads them.  Until then Redis may not be
+ * used (sk_redis_in_flight()); work done meanwhile is not counted against
+ * seckill.redis_timeout, which bounds the sending and the reading.
+ */
+SkFlight *
+sk_pipeline_send(SkPipeline *p)
+{
+	SkFlight   *f = palloc0(sizeof(SkFlight));
+
+	f->p = p;
+	if (!sk_connected || p->count == 0)
+	{
+		f->failed = true;
+		return f;
+	}
+	f->replies = palloc0(sizeof(SkReply) * p->count);
+	f->to = palloc(sizeof(int) * p->count);
+	for (int i = 0; i < p->count; i++)
+		f->to[i] = sk_conn_cluster ? sk_cluster_node_of(f->p->slots[i]) : 0;
+	f->failed = !send_out(p, p->count, NULL, f->to, NULL, f->replies,
+						  TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout),
+						  &f->out);
+	return f;
+}
+
+/*
+ * Read a sent pipeline's replies, all of them.  NULL when Redis failed: the
+ * connections are then closed and sk_redis_error() says why.  The commands
+ * Redis answered without running them are sent again where the reply says
  * (sk_topology_redirect()), while time is left; the others ran and are not
  * repeated.
  */
 SkReply *
-sk_pipeline_exec(SkPipeline *p)
+sk_pipeline_receive(SkFlight *f)
 {
-	SkReply    *replies;
-	int		   *to;
+	SkPipeline *p = f->p;
+	SkReply    *replies = f->replies;
+	int		   *to = f->to;
 	int		   *cmds;
 	bool	   *asking;
 	bool	   *was_asking;
 	bool	   *reload;
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_redis_timeout);
+	TimestampTz deadline;
 
-	if (!sk_connected || p->count == 0)
+	if (f->failed || !read_back(&f->out, p->count, NULL, to, replies))
 		return NULL;
-	replies = palloc0(sizeof(SkReply) * p->count);
-	to = palloc(sizeof(int) * p->count);
-	for (int i = 0; i < p->count; i++)
-		to[i] = sk_conn_cluster ? sk_cluster_node_of(p->slots[i]) : 0;
-	meanwhile_took = 0;
-	if (!send_to(p, p->count, NULL, to, NULL, replies, deadline))
-		return NULL;
-	deadline += meanwhile_took;
+	deadline = f->out.deadline;
 
 	cmds = palloc(sizeof(int) * p->count);
 	asking = palloc(sizeof(bool) * p->count);
@@ -441,7 +480,7 @@ sk_pipeline_exec(SkPipeline *p)
 			(void) WaitLatch(NULL, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, TRYAGAIN_PAUSE_MS, PG_WAIT_EXTENSION);
 			CHECK_FOR_INTERRUPTS();
 		}
-		if (!send_to(p, n, cmds, to, asking, replies, deadline))
+		if (!send_to(p, n, cmds, to, asking, replies, &deadline))
 			return NULL;
 		/* where each command went this time, for its next redirection */
 		for (int i = 0; i < p->count; i++)
@@ -457,23 +496,13 @@ sk_pipeline_exec(SkPipeline *p)
 }
 
 /*
- * sk_pipeline_exec, and work() run once the pipeline is on its way, while
- * Redis runs it: the worker commits a round's orders while Redis serves the
- * next.  work() runs exactly once, also when Redis fails (then before this
- * returns NULL); it must not use Redis.  Its time does not count against
- * seckill.redis_timeout.
+ * Send the pipeline and read all its replies, all within one
+ * seckill.redis_timeout (see sk_pipeline_receive).
  */
 SkReply *
-sk_pipeline_exec_meanwhile(SkPipeline *p, void (*work) (void))
+sk_pipeline_exec(SkPipeline *p)
 {
-	SkReply    *replies;
-
-	Assert(meanwhile == NULL);
-	meanwhile = work;
-	replies = sk_pipeline_exec(p);
-	if (meanwhile)
-		run_meanwhile();
-	return replies;
+	return sk_pipeline_receive(sk_pipeline_send(p));
 }
 
 /* A script's Lua source, for EVAL on connections other than the worker's main one. */

@@ -3,7 +3,8 @@
  * pipeline.h
  *		Pipelines of the worker's Redis client: commands built in RESP,
  *		sent to every master they go to at once, their replies read back by
- *		one deadline; the Lua scripts run by their index.
+ *		one deadline, at once or after the caller's other work; the Lua
+ *		scripts run by their index.
  *
  *-------------------------------------------------------------------------
  */
@@ -29,8 +30,12 @@ extern void sk_pipeline_init(SkPipeline *p);
 extern void sk_pipeline_add(SkPipeline *p, int argc, const char **argv, const size_t *lens);
 extern void sk_pipeline_script(SkPipeline *p, int script,
 							   int nkeys, const char **keys, int nargs, const char **args);
+/* A pipeline sent, its replies not read yet. */
+typedef struct SkFlight SkFlight;
+
 extern SkReply *sk_pipeline_exec(SkPipeline *p);
-extern SkReply *sk_pipeline_exec_meanwhile(SkPipeline *p, void (*work) (void));
+extern SkFlight *sk_pipeline_send(SkPipeline *p);
+extern SkReply *sk_pipeline_receive(SkFlight *f);
 
 extern const char *sk_pipeline_script_source(int script);
 

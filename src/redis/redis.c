@@ -126,7 +126,6 @@ sk_redis_abandon(void)
 	if (sk_in_flight)
 		sk_redis_disconnect("a round was broken off while Redis was answering");
 	sk_in_flight = false;
-	sk_pipeline_forget_meanwhile();
 }
 
 /* A pipeline is out, its replies not read yet: Redis may not be used. */

@@ -136,7 +136,6 @@ extern bool sk_pipeline_load_scripts(SkNode *node);
 extern void sk_pipeline_add_command(SkPipeline *p, int argc, const char **argv, const size_t *lens,
 									int key);
 extern bool sk_pipeline_send_to_node(SkNode *node, SkPipeline *p, SkReply *out);
-extern void sk_pipeline_forget_meanwhile(void);
 
 /* node.c */
 extern int	sk_node_connect(const char *host, int port, bool alone);

@@ -31,7 +31,8 @@
 
 /*
  * The commit stage: the orders Redis accepted in the last round, committed
- * while the next round's pipeline is in Redis (sk_pipeline_exec_meanwhile),
+ * between the sending of the next round's pipeline and the reading of its
+ * replies (sk_pipeline_send, sk_pipeline_receive),
  * or by sk_purchase_flush() when no round follows at once.  Its callers'
  * items are copies, as the worker reuses a round's; those PostgreSQL refused
  * are given back once no pipeline is in flight.
@@ -590,7 +591,7 @@ give_back_refused(void)
  * one campaign row update, one WAL flush for more of them).
  */
 static void
-commit_stage_meanwhile(void)
+commit_stage_overlapped(void)
 {
 	if (!stage_waited && nstaged + ndups < SK_GROUP_COMMIT_MIN)
 	{
@@ -631,6 +632,7 @@ void
 sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 {
 	SkPipeline	p;
+	SkFlight   *flight;
 	SkReply    *replies;
 	Purchase   *all = palloc0(sizeof(Purchase) * n);
 	Purchase   *accepted = palloc(sizeof(Purchase) * n);
@@ -671,7 +673,10 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 	for (int i = 0; i < ncalls; i++)
 		sk_pipeline_script(&p, SK_SCRIPT_BUY, 3 + 3 * calls[i].n, calls[i].keys,
 						   2 + 5 * calls[i].n, calls[i].args);
-	replies = sk_pipeline_exec_meanwhile(&p, commit_stage_meanwhile);
+	flight = sk_pipeline_send(&p);
+	/* while Redis runs this round's purchases (or failed already) */
+	commit_stage_overlapped();
+	replies = sk_pipeline_receive(flight);
 	if (replies == NULL)
 	{
 		give_back_refused();

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * orders.c
- *		seckill.orders and seckill.compensations: order ids, the rebuyers
+ *		seckill.orders and seckill.compensations: blocks of order ids, the rebuyers
  *		refused and the holders named after a round, cancels and releases,
  *		and the reads of orders that backends make (the order a buyer holds,
  *		an order's fate).  The group commit itself is group_commit.c.
@@ -35,84 +35,41 @@
 static SPIPlanPtr compensation_plan = NULL;
 static SPIPlanPtr exist_plan = NULL;
 
-/* The block of order ids the worker owns: [next_id, last_id]. */
-static int64 next_id = 0;
-static int64 last_id = -1;
-static bool block_recorded = true;	/* false: in use, not yet recorded */
-
-#define ORDER_ID_BLOCK 1000
-
-
-/* Forget the block of order ids: its sequence was dropped. */
-void
-store_forget_order_ids(void)
+/*
+ * A new block of SK_ORDER_ID_BLOCK order ids from seckill.order_ids (one
+ * nextval, in a transaction of its own): the first of them.
+ */
+int64
+store_order_id_block(void)
 {
-	next_id = 0;
-	last_id = -1;
-	block_recorded = true;
+	bool		isnull;
+	int64		start;
+
+	store_begin("seckill: order ids");
+	store_run("SELECT pg_catalog.nextval('seckill.order_ids')", 0, NULL, NULL, SPI_OK_SELECT);
+	start = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+
+	/*
+	 * nextval() alone assigns no xid, so its commit does not flush WAL:
+	 * after a crash the sequence could hand the same block out again, while
+	 * reservations in Redis' journal still carry its ids.
+	 */
+	XLogFlush(XactLastRecEnd);
+	store_commit();
+	return start;
 }
 
-/*
- * Order ids for n purchases.  The worker owns blocks of ORDER_ID_BLOCK ids
- * (one nextval each), so most rounds need no transaction for this.  Each
- * new block is given to record(first, last) before it is used, which
- * answers 0 (recorded), -1 (could not be: it is used all the same, and
- * recorded as soon as it can be) or the highest id already handed out,
- * which the block does not pass: the sequence then skips past that id (it
- * lost blocks, to a failover on asynchronous replication).
- */
+/* The sequence of order ids goes on past id, which was handed out before. */
 void
-store_take_order_ids(int64 *ids, int n, int64 (*record) (int64 first, int64 last))
+store_skip_order_ids(int64 id)
 {
-	if (!block_recorded && last_id >= next_id)
-	{
-		int64		highest = record(next_id, last_id);
+	Datum		past = Int64GetDatum(id);
 
-		if (highest >= 0)
-			block_recorded = true;
-		/* handed out by another server meanwhile: the rest of it goes */
-		if (highest > 0)
-			store_forget_order_ids();
-	}
-	if (last_id - next_id + 1 < n)
-	{
-		store_begin("seckill: order ids");
-		while (last_id - next_id + 1 < n)
-		{
-			bool		isnull;
-			int64		start;
-			int64		highest;
-
-			store_run("SELECT pg_catalog.nextval('seckill.order_ids')", 0, NULL, NULL, SPI_OK_SELECT);
-			start = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-			highest = record(start, start + ORDER_ID_BLOCK - 1);
-			if (highest > 0)
-			{
-				Datum		past = Int64GetDatum(highest);
-
-				ereport(LOG,
-						(errmsg("seckill worker skips order ids up to " INT64_FORMAT ": they were handed out before, by this server's sequence before a failover or by another server",
-								highest)));
-				store_run("SELECT pg_catalog.setval('seckill.order_ids', $1)", 1, (Oid[]) {INT8OID}, &past,
-					SPI_OK_SELECT);
-				continue;
-			}
-			block_recorded = highest == 0;
-			if (start != last_id + 1)
-				next_id = start;
-			last_id = start + ORDER_ID_BLOCK - 1;
-		}
-
-		/*
-		 * nextval() alone assigns no xid, so its commit does not flush WAL:
-		 * after a crash the sequence could hand the same block out again,
-		 * while reservations in Redis' journal still carry its ids.
-		 */
-		XLogFlush(XactLastRecEnd);
-		store_commit();
-	}
-	for (int i = 0; i < n; i++)
-		ids[i] = next_id++;
+	store_begin("seckill: order ids");
+	store_run("SELECT pg_catalog.setval('seckill.order_ids', $1)", 1, (Oid[]) {INT8OID}, &past,
+			  SPI_OK_SELECT);
+	XLogFlush(XactLastRecEnd);
+	store_commit();
 }
 
 static Datum

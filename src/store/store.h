@@ -69,8 +69,10 @@ extern void store_fence(const char *name, int64 token);
 extern void store_commit_orders(SkOrder *orders, int n, bool reserved_in_redis);
 
 /* orders.c */
-extern void store_take_order_ids(int64 *ids, int n, int64 (*record) (int64 first, int64 last));
-extern void store_forget_order_ids(void);
+/* seckill.order_ids hands out blocks of this many ids (its INCREMENT BY) */
+#define SK_ORDER_ID_BLOCK 1000
+extern int64 store_order_id_block(void);
+extern void store_skip_order_ids(int64 id);
 extern int	store_refuse_rebuyers(SkOrder *orders, int n);
 extern void store_log_compensation(int64 request_id, int64 campaign_id,
 								   const char *user_id, int qty, const char *reason);

@@ -28,6 +28,7 @@
 #include "utils/memutils.h"
 #include "worker/epoch.h"
 #include "worker/journal.h"
+#include "worker/order_ids.h"
 
 /*
  * The commit stage: the orders Redis accepted in the last round, committed
@@ -74,20 +75,6 @@ static int	max_unflushed = 0;
 /* A stage of fewer purchases than this waits for the next round's, once. */
 #define SK_GROUP_COMMIT_MIN 24
 
-/* The install_generation our order ids belong to. */
-static uint32 seen_generation = 0;
-
-static void
-take_order_ids(int64 *ids, int n)
-{
-	if (pg_atomic_read_u32(&seckill_shared->install_generation) != seen_generation)
-	{
-		seen_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
-		store_forget_order_ids();
-	}
-	store_take_order_ids(ids, n, sk_epoch_record_ids);
-}
-
 static SeckillStatus
 status_from_script(const char *s)
 {
@@ -132,7 +119,7 @@ sk_purchase_from_database(RoundItem **items, int n)
 	bool		entering = !seckill_shared->sales_from_database;
 
 	pg_atomic_fetch_add_u64(&seckill_figures->counters.purchases, n);
-	take_order_ids(ids, n);
+	sk_order_ids_take(ids, n);
 	for (int i = 0; i < n; i++)
 	{
 		orders[i].id = ids[i];
@@ -651,7 +638,7 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 	*nrebuild = 0;
 	pg_atomic_fetch_add_u64(&seckill_figures->counters.purchases, n);
 	ids = palloc(sizeof(int64) * n);
-	take_order_ids(ids, n);
+	sk_order_ids_take(ids, n);
 
 	settle_flushed(false);
 	sk_pipeline_init(&p);

@@ -33,28 +33,31 @@
 /*
  * The commit stage: the orders Redis accepted in the last round, committed
  * between the sending of the next round's pipeline and the reading of its
- * replies (sk_pipeline_send, sk_pipeline_receive),
- * or by sk_purchase_flush() when no round follows at once.  Its callers'
- * items are copies, as the worker reuses a round's; those PostgreSQL refused
- * are given back once no pipeline is in flight.
+ * replies (sk_pipeline_send, sk_pipeline_receive), or by sk_purchase_flush()
+ * when no round follows at once.  Its callers' items are copies, as the
+ * worker reuses a round's; those PostgreSQL refused are given back once no
+ * pipeline is in flight.
+ *
+ * With them, the round's duplicates: Redis has the user among the buyers,
+ * but the reservation that put them there may be staged, or committed a
+ * moment ago.  They are answered with the commit stage, with the id of the
+ * order the user holds, or busy when PostgreSQL refused that reservation.
  */
-static MemoryContext stage_cxt = NULL;
-static RoundItem *stage_items = NULL;
-static SkOrder *stage_orders = NULL;
-static int	nstaged = 0;
+typedef struct CommitStage
+{
+	MemoryContext cxt;			/* of the copies below */
+	RoundItem  *items;
+	SkOrder    *orders;
+	int			n;
+	RoundItem  *dups;
+	SkOrder    *dup_orders;
+	int			ndups;
+	bool		committed;
+	bool		waited;			/* its commit waited for a round already */
+	XLogRecPtr	lsn;			/* its commit, if not flushed */
+} CommitStage;
 
-/*
- * The round's duplicates: Redis has the user among the buyers, but the
- * reservation that put them there may be staged, or committed a moment ago.
- * They are answered with the commit stage, with the id of the order the
- * user holds, or busy when PostgreSQL refused that reservation.
- */
-static RoundItem *stage_dups = NULL;
-static SkOrder *dup_orders = NULL;
-static int	ndups = 0;
-static bool stage_committed = false;
-static bool stage_waited = false;	/* its commit waited for a round already */
-static XLogRecPtr stage_lsn = InvalidXLogRecPtr;	/* its commit, if not flushed */
+static CommitStage stage = {.lsn = InvalidXLogRecPtr};
 
 /*
  * Orders committed without waiting for the WAL flush (store_commit_unflushed),
@@ -389,52 +392,52 @@ take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccept
  * commit, after those of an earlier round whose commit waited for them.
  */
 static void
-stage(Purchase *accepted, int n, RoundItem **dups, int nd)
+stage_purchases(Purchase *accepted, int n, RoundItem **dups, int nd)
 {
 	MemoryContext old;
-	int			first = nstaged,
-				firstd = ndups;
+	int			first = stage.n,
+				firstd = stage.ndups;
 
-	Assert(!stage_committed);
-	if (stage_cxt == NULL)
-		stage_cxt = AllocSetContextCreate(TopMemoryContext, "seckill commit stage", ALLOCSET_DEFAULT_SIZES);
+	Assert(!stage.committed);
+	if (stage.cxt == NULL)
+		stage.cxt = AllocSetContextCreate(TopMemoryContext, "seckill commit stage", ALLOCSET_DEFAULT_SIZES);
 	/* the group commit wants them by id; those served by other shards came last */
 	qsort(accepted, n, sizeof(Purchase), purchase_cmp);
-	old = MemoryContextSwitchTo(stage_cxt);
+	old = MemoryContextSwitchTo(stage.cxt);
 	if (first == 0 && firstd == 0)
 	{
-		stage_items = palloc(sizeof(RoundItem) * n);
-		stage_orders = palloc(sizeof(SkOrder) * n);
-		stage_dups = palloc(sizeof(RoundItem) * nd);
-		dup_orders = palloc0(sizeof(SkOrder) * nd);
+		stage.items = palloc(sizeof(RoundItem) * n);
+		stage.orders = palloc(sizeof(SkOrder) * n);
+		stage.dups = palloc(sizeof(RoundItem) * nd);
+		stage.dup_orders = palloc0(sizeof(SkOrder) * nd);
 	}
 	else
 	{
-		stage_items = repalloc(stage_items, sizeof(RoundItem) * (first + n));
-		stage_orders = repalloc(stage_orders, sizeof(SkOrder) * (first + n));
-		stage_dups = repalloc(stage_dups, sizeof(RoundItem) * (firstd + nd));
-		dup_orders = repalloc(dup_orders, sizeof(SkOrder) * (firstd + nd));
+		stage.items = repalloc(stage.items, sizeof(RoundItem) * (first + n));
+		stage.orders = repalloc(stage.orders, sizeof(SkOrder) * (first + n));
+		stage.dups = repalloc(stage.dups, sizeof(RoundItem) * (firstd + nd));
+		stage.dup_orders = repalloc(stage.dup_orders, sizeof(SkOrder) * (firstd + nd));
 	}
 	for (int i = 0; i < n; i++)
 	{
-		stage_items[first + i] = *accepted[i].item;
-		stage_orders[first + i] = accepted[i].order;
+		stage.items[first + i] = *accepted[i].item;
+		stage.orders[first + i] = accepted[i].order;
 	}
 	for (int i = 0; i < nd; i++)
 	{
-		stage_dups[firstd + i] = *dups[i];
-		memset(&dup_orders[firstd + i], 0, sizeof(SkOrder));
-		dup_orders[firstd + i].campaign_id = dups[i]->request.campaign_id;
-		dup_orders[firstd + i].outcome = SK_DUPLICATE;
+		stage.dups[firstd + i] = *dups[i];
+		memset(&stage.dup_orders[firstd + i], 0, sizeof(SkOrder));
+		stage.dup_orders[firstd + i].campaign_id = dups[i]->request.campaign_id;
+		stage.dup_orders[firstd + i].outcome = SK_DUPLICATE;
 	}
 	/* the copies may have moved */
 	for (int i = 0; i < first + n; i++)
-		stage_orders[i].user_id = stage_items[i].request.user_id;
+		stage.orders[i].user_id = stage.items[i].request.user_id;
 	for (int i = 0; i < firstd + nd; i++)
-		dup_orders[i].user_id = stage_dups[i].request.user_id;
+		stage.dup_orders[i].user_id = stage.dups[i].request.user_id;
 	MemoryContextSwitchTo(old);
-	nstaged = first + n;
-	ndups = firstd + nd;
+	stage.n = first + n;
+	stage.ndups = firstd + nd;
 }
 
 /*
@@ -488,31 +491,31 @@ settle_after_flush(const SkOrder *order, XLogRecPtr lsn)
 static void
 commit_stage(void)
 {
-	if ((nstaged == 0 && ndups == 0) || stage_committed)
+	if ((stage.n == 0 && stage.ndups == 0) || stage.committed)
 		return;
-	if (nstaged > 0)
+	if (stage.n > 0)
 		seckill_crash_if(SK_CRASH_AFTER_RESERVE);
 	store_begin("seckill: commit orders");
-	if (nstaged > 0)
+	if (stage.n > 0)
 	{
-		store_commit_orders(stage_orders, nstaged, true);
-		store_name_held_orders(stage_orders, nstaged);
+		store_commit_orders(stage.orders, stage.n, true);
+		store_name_held_orders(stage.orders, stage.n);
 	}
-	store_name_held_orders(dup_orders, ndups);
-	stage_lsn = store_commit_unflushed();
-	stage_committed = true;
-	if (nstaged > 0)
+	store_name_held_orders(stage.dup_orders, stage.ndups);
+	stage.lsn = store_commit_unflushed();
+	stage.committed = true;
+	if (stage.n > 0)
 	{
 		pg_atomic_fetch_add_u64(&seckill_figures->counters.commits, 1);
 		seckill_crash_if(SK_CRASH_AFTER_COMMIT);
 	}
-	for (int i = 0; i < nstaged; i++)
-		if (stage_orders[i].outcome != SK_OK)
+	for (int i = 0; i < stage.n; i++)
+		if (stage.orders[i].outcome != SK_OK)
 			continue;
-		else if (stage_lsn == InvalidXLogRecPtr)
-			sk_journal_settle(&stage_orders[i]);
+		else if (stage.lsn == InvalidXLogRecPtr)
+			sk_journal_settle(&stage.orders[i]);
 		else
-			settle_after_flush(&stage_orders[i], stage_lsn);
+			settle_after_flush(&stage.orders[i], stage.lsn);
 	if (sk_redis_in_flight())
 		seckill_crash_if(SK_CRASH_OVERLAPPED);
 	else if (seckill_crash_point == SK_CRASH_BEFORE_WAKE)
@@ -521,23 +524,23 @@ commit_stage(void)
 		sk_journal_flush_settles();
 		seckill_crash_if(SK_CRASH_BEFORE_WAKE);
 	}
-	for (int i = 0; i < nstaged; i++)
+	for (int i = 0; i < stage.n; i++)
 	{
-		stage_items[i].reply.status = stage_orders[i].outcome;
-		stage_items[i].reply.flush_lsn = InvalidXLogRecPtr;
-		if (stage_orders[i].outcome == SK_OK)
+		stage.items[i].reply.status = stage.orders[i].outcome;
+		stage.items[i].reply.flush_lsn = InvalidXLogRecPtr;
+		if (stage.orders[i].outcome == SK_OK)
 		{
-			stage_items[i].reply.order_id = stage_orders[i].id;
-			stage_items[i].reply.flush_lsn = stage_lsn;
+			stage.items[i].reply.order_id = stage.orders[i].id;
+			stage.items[i].reply.flush_lsn = stage.lsn;
 		}
-		else if (stage_orders[i].outcome == SK_DUPLICATE)
-			reply_duplicate(&stage_items[i].reply, &stage_orders[i]);
-		sk_answer(&stage_items[i]);
+		else if (stage.orders[i].outcome == SK_DUPLICATE)
+			reply_duplicate(&stage.items[i].reply, &stage.orders[i]);
+		sk_answer(&stage.items[i]);
 	}
-	for (int i = 0; i < ndups; i++)
+	for (int i = 0; i < stage.ndups; i++)
 	{
-		reply_duplicate(&stage_dups[i].reply, &dup_orders[i]);
-		sk_answer(&stage_dups[i]);
+		reply_duplicate(&stage.dups[i].reply, &stage.dup_orders[i]);
+		sk_answer(&stage.dups[i]);
 	}
 	/* one of them flushes the WAL and wakes the others */
 	seckill_flush_leader_wake();
@@ -546,28 +549,28 @@ commit_stage(void)
 static void
 empty_stage(void)
 {
-	nstaged = 0;
-	ndups = 0;
-	stage_waited = false;
-	stage_committed = false;
-	if (stage_cxt)
-		MemoryContextReset(stage_cxt);
+	stage.n = 0;
+	stage.ndups = 0;
+	stage.waited = false;
+	stage.committed = false;
+	if (stage.cxt)
+		MemoryContextReset(stage.cxt);
 }
 
 /* What PostgreSQL refused of the committed stage goes back to Redis; the stage empties. */
 static void
 give_back_refused(void)
 {
-	if ((nstaged == 0 && ndups == 0) || !stage_committed)
+	if ((stage.n == 0 && stage.ndups == 0) || !stage.committed)
 		return;
 	/* the compensations logged with the orders are durable before Redis hears of them */
-	for (int i = 0; i < nstaged && stage_lsn != InvalidXLogRecPtr; i++)
-		if (stage_orders[i].outcome != SK_OK)
+	for (int i = 0; i < stage.n && stage.lsn != InvalidXLogRecPtr; i++)
+		if (stage.orders[i].outcome != SK_OK)
 		{
-			XLogFlush(stage_lsn);
+			XLogFlush(stage.lsn);
 			break;
 		}
-	sk_journal_give_back(stage_orders, nstaged);
+	sk_journal_give_back(stage.orders, stage.n);
 	empty_stage();
 }
 
@@ -580,9 +583,9 @@ give_back_refused(void)
 static void
 commit_stage_overlapped(void)
 {
-	if (!stage_waited && nstaged + ndups < SK_GROUP_COMMIT_MIN)
+	if (!stage.waited && stage.n + stage.ndups < SK_GROUP_COMMIT_MIN)
 	{
-		stage_waited = true;
+		stage.waited = true;
 		return;
 	}
 	commit_stage();
@@ -591,7 +594,7 @@ commit_stage_overlapped(void)
 bool
 sk_purchase_staged(void)
 {
-	return nstaged > 0 || ndups > 0;
+	return stage.n > 0 || stage.ndups > 0;
 }
 
 void
@@ -741,7 +744,7 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 	/* after this round's replies, so that the stock it notes is the newest */
 	give_back_refused();
 	if (naccepted > 0 || nd > 0)
-		stage(accepted, naccepted, dups, nd);
+		stage_purchases(accepted, naccepted, dups, nd);
 	/* a replay must find them committed: the stage waits for no next round then */
 	if (sk_journal_needs_replay() || seckill_crash_point == SK_CRASH_BEFORE_WAKE)
 		sk_purchase_flush();

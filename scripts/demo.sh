@@ -3,6 +3,9 @@
 # 100 items, 5,000 eager buyers on 200 connections for 10 seconds; then what
 # happened: answers, orders, oversell, double purchases, throughput and
 # latency, as the clients and as seckill.stats saw them.
+# --installed: use the seckill this machine has installed, as it is (the
+# test suite's, which built it with its crash points), instead of
+# installing the packages and building and installing this tree.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -13,8 +16,11 @@ clients=200
 seconds=${SECKILL_DEMO_SECONDS:-10}
 goods=demo-phone-$(date +%s)
 
-seckill_install_deps
-seckill_build_install
+case ${1:-} in
+--installed) ;;
+'') seckill_install_deps && seckill_build_install ;;
+*) echo "usage: $0 [--installed]" >&2; exit 2 ;;
+esac
 seckill_start_servers
 
 psql -Xq -v ON_ERROR_STOP=1 -c 'CREATE EXTENSION seckill' \

@@ -19,7 +19,7 @@
 
 #include "access/xlog.h"
 #include "layout/keys.h"
-#include "layout/scripts.h"
+#include "layout/purchase_scripts.h"
 #include "redis/redis.h"
 #include "shared/campaign_cache.h"
 #include "shared/shmem.h"
@@ -77,18 +77,6 @@ static int	max_unflushed = 0;
 
 /* A stage of fewer purchases than this waits for the next round's, once. */
 #define SK_GROUP_COMMIT_MIN 24
-
-static SeckillStatus
-status_from_script(const char *s)
-{
-	static const SeckillStatus statuses[] = {SK_OK, SK_SOLD_OUT, SK_DUPLICATE,
-	SK_NOT_STARTED, SK_ENDED, SK_BUSY, SK_RATE_LIMITED, SK_INVALID_TOKEN};
-
-	for (int i = 0; i < lengthof(statuses); i++)
-		if (strcmp(s, seckill_status_name(statuses[i])) == 0)
-			return statuses[i];
-	return SK_ERR_REDIS_REFUSED;
-}
 
 /*
  * A duplicate's answer: the order the user holds, durable before the caller
@@ -178,87 +166,11 @@ sk_purchase_from_database(RoundItem **items, int n)
  * worker stops selling; what Redis holds is the newer primary's to settle.
  */
 static void
-fenced(RoundItem *item, const SkReply *r)
+fenced(RoundItem *item)
 {
 	sk_epoch_fence("a purchase was refused");
 	sk_journal_lost();
 	sk_epoch_reply_fenced(&item->reply);
-}
-
-/*
- * The round's purchases of one campaign's shard, at most SK_BUYS_PER_CALL,
- * are one call of lua/buy.lua: the campaign's hash, the clock and the
- * journal are read once for them all.
- */
-#define SK_BUYS_PER_CALL 128
-
-typedef struct BuyCall
-{
-	int64		campaign_id;
-	int			home;
-	int			nshards;
-	int			n;				/* purchases in it */
-	const char **keys;			/* 3 + 3 a purchase */
-	const char **args;			/* 2 + 5 a purchase */
-} BuyCall;
-
-/* Put a purchase into the round's call for its shard; returns its place there. */
-static int
-add_buy(BuyCall *calls, int *ncalls, int *call_of, const SeckillRequest *req, const SkOrder *order)
-{
-	SeckillCampaign *c = seckill_campaign_find(req->campaign_id);
-	int64		instance = c ? c->row.created_at : 0;
-	int64		id = req->campaign_id;
-	int			home = order->home,
-				nshards = order->nshards;
-	BuyCall    *call = NULL;
-	const char **keys;
-	const char **args;
-
-	for (int i = *ncalls - 1; i >= 0 && call == NULL; i--)
-		if (calls[i].campaign_id == id && calls[i].home == home && calls[i].nshards == nshards &&
-			calls[i].n < SK_BUYS_PER_CALL)
-			call = &calls[i];
-	if (call == NULL)
-	{
-		call = &calls[(*ncalls)++];
-		call->campaign_id = id;
-		call->home = home;
-		call->nshards = nshards;
-		call->n = 0;
-		call->keys = palloc(sizeof(char *) * (3 + 3 * SK_BUYS_PER_CALL));
-		call->args = palloc(sizeof(char *) * (2 + 5 * SK_BUYS_PER_CALL));
-		sk_keys_shard_set(id, home, nshards, call->keys);
-		call->args[0] = nshards > 1 ? "1" : "";
-		call->args[1] = sk_epoch_arg();
-	}
-	*call_of = call - calls;
-	keys = &call->keys[3 + 3 * call->n];
-	keys[0] = sk_keys_shard(id, home, nshards, psprintf("rate:" INT64_FORMAT ":u:%s", instance, req->user_id));
-	keys[1] = sk_keys_shard(id, home, nshards, psprintf("rate:" INT64_FORMAT ":a:%s", instance, req->client_addr));
-	keys[2] = sk_keys_shard(id, home, nshards, psprintf("token:%s", req->token_nonce));
-	args = &call->args[2 + 5 * call->n];
-	args[0] = req->user_id;
-	args[1] = psprintf("%d", req->qty);
-	args[2] = psprintf(INT64_FORMAT, order->id);
-	args[3] = req->token_nonce[0] ? psprintf(INT64_FORMAT, req->token_expiry) : "";
-	args[4] = req->client_addr[0] ? "1" : "";
-	return call->n++;
-}
-
-/* What buy.lua answered of the purchase at place pos of its call. */
-static SkReply *
-buy_reply(SkReply *call_reply, int n, int pos)
-{
-	static SkReply unexpected = {.type = REDIS_REPLY_NIL};
-
-	if (call_reply->type != REDIS_REPLY_ARRAY)
-		return call_reply;		/* the call failed: each of its purchases did */
-	if (call_reply->elements == n)
-		return &call_reply->element[pos];
-	/* whatever it reserved is settled by the replay */
-	sk_journal_lost();
-	return &unexpected;
 }
 
 /* A purchase of a round, with what Redis has said of it so far. */
@@ -304,10 +216,6 @@ take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccept
 		{
 			SkOrder    *o = &pending[i].order;
 			int			shard = (o->home + step) % o->nshards;
-			const char *keys[2] = {sk_keys_shard(o->campaign_id, shard, o->nshards, "meta"),
-			sk_keys_shard(o->campaign_id, shard, o->nshards, "journal")};
-			const char *args[4] = {psprintf(INT64_FORMAT, o->id), psprintf("%d", o->qty),
-			o->user_id, sk_epoch_arg()};
 
 			if (step >= o->nshards)
 			{
@@ -317,7 +225,7 @@ take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccept
 				continue;
 			}
 			o->stock_shard = shard;
-			sk_pipeline_script(&p, SK_SCRIPT_TAKE, 2, keys, 4, args);
+			sk_take_send(&p, o, shard, sk_epoch_arg());
 			pending[nsent++] = pending[i];
 		}
 		if (nsent == 0)
@@ -336,40 +244,46 @@ take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccept
 		for (int i = 0; i < nsent; i++)
 		{
 			SkOrder    *o = &pending[i].order;
-			const char *status = r[i].type == REDIS_REPLY_ARRAY && r[i].elements == 2 ?
-			r[i].element[0].str : NULL;
+			SeckillReply *reply = &pending[i].item->reply;
+			SkScriptAnswer a;
 
-			if (status == NULL && sk_reply_is_moving(&r[i]))
-				pending[i].item->reply.status = SK_BUSY;
-			else if (status == NULL && sk_reply_is_unreachable(&r[i]))
-				seckill_reply_error(&pending[i].item->reply, SK_ERR_REDIS, "%s", r[i].str);
-			else if (status == NULL)
-				seckill_reply_error(&pending[i].item->reply, SK_ERR_REDIS_REFUSED,
-							   "the stock script failed: %s", r[i].str ? r[i].str : "unexpected reply");
-			if (status == NULL)
+			sk_take_answer(&r[i], &a);
+			if (a.has_stock)
+				seckill_campaign_note_stock(o->campaign_id, o->stock_shard, a.stock);
+			switch (a.verdict)
 			{
-				done[ndone++] = pending[i];
-				continue;
-			}
-			if (strcmp(status, "fenced") == 0)
-			{
-				fenced(pending[i].item, &r[i]);
-				done[ndone++] = pending[i];
-				continue;
-			}
-			seckill_campaign_note_stock(o->campaign_id, o->stock_shard, sk_reply_int(&r[i].element[1]));
-			if (strcmp(status, "ok") == 0)
-				accepted[(*naccepted)++] = pending[i];
-			else if (strcmp(status, "empty") == 0)
-				pending[nleft++] = pending[i];
-			else
-			{
-				/* closed meanwhile, or the shard was lost: rebuilt after the round */
-				pending[i].item->reply.status = strcmp(status, "ended") == 0 ? SK_ENDED : SK_BUSY;
-				if (pending[i].item->reply.status == SK_BUSY)
+				case SK_VERDICT_ANSWER:
+					if (a.status == SK_OK)
+					{
+						accepted[(*naccepted)++] = pending[i];
+						continue;
+					}
+					reply->status = a.status;	/* ended: closed meanwhile */
+					break;
+				case SK_VERDICT_EMPTY:
+					pending[nleft++] = pending[i];
+					continue;
+				case SK_VERDICT_MOVING:
+					reply->status = SK_BUSY;
+					break;
+				case SK_VERDICT_UNREACHABLE:
+					seckill_reply_error(reply, SK_ERR_REDIS, "%s", a.text);
+					break;
+				case SK_VERDICT_FENCED:
+					fenced(pending[i].item);
+					break;
+				case SK_VERDICT_FAILED:
+				case SK_VERDICT_NEED_STOCK:
+					seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "%s",
+										a.text ? a.text : "the stock script answered need_stock");
+					break;
+				case SK_VERDICT_NOT_LOADED:
+					/* the shard was lost: rebuilt after the round */
+					reply->status = SK_BUSY;
 					rebuild[(*nrebuild)++] = o->campaign_id;
-				done[ndone++] = pending[i];
+					break;
 			}
+			done[ndone++] = pending[i];
 		}
 		npending = nleft;
 	}
@@ -632,11 +546,7 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 				npending = 0,
 				nd = 0;
 	int64	   *ids;
-	int			nsettles;
-	BuyCall    *calls = palloc(sizeof(BuyCall) * n);
-	int		   *call_of = palloc(sizeof(int) * n);
-	int		   *place = palloc(sizeof(int) * n);
-	int			ncalls = 0;
+	SkBuyCalls *calls = sk_buy_calls_new(n);
 
 	*nrebuild = 0;
 	pg_atomic_fetch_add_u64(&seckill_figures->counters.purchases, n);
@@ -645,11 +555,12 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 
 	settle_flushed(false);
 	sk_pipeline_init(&p);
-	nsettles = sk_journal_add_settles(&p);
+	(void) sk_journal_add_settles(&p);
 	for (int i = 0; i < n; i++)
 	{
 		SeckillRequest *req = &items[i]->request;
 		SkOrder    *o = &all[i].order;
+		SeckillCampaign *c = seckill_campaign_find(req->campaign_id);
 
 		all[i].item = items[i];
 		o->id = ids[i];
@@ -658,11 +569,9 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 		o->qty = req->qty;
 		o->nshards = Max(req->shards, 1);
 		o->home = o->stock_shard = sk_keys_home_shard(req->user_id, o->nshards);
-		place[i] = add_buy(calls, &ncalls, &call_of[i], req, o);
+		sk_buy_calls_add(calls, req, o, c ? c->row.created_at : 0, sk_epoch_arg());
 	}
-	for (int i = 0; i < ncalls; i++)
-		sk_pipeline_script(&p, SK_SCRIPT_BUY, 3 + 3 * calls[i].n, calls[i].keys,
-						   2 + 5 * calls[i].n, calls[i].args);
+	sk_buy_calls_send(calls, &p);
 	flight = sk_pipeline_send(&p);
 	/* while Redis runs this round's purchases (or failed already) */
 	commit_stage_overlapped();
@@ -679,64 +588,53 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 
 	for (int i = 0; i < n; i++)
 	{
-		SkReply    *r = buy_reply(&replies[nsettles + call_of[i]], calls[call_of[i]].n, place[i]);
 		SeckillReply *reply = &items[i]->reply;
 		SkOrder    *o = &all[i].order;
+		SkScriptAnswer a;
 
-		if (sk_reply_is_moving(r))
+		sk_buy_answer(calls, replies, i, &a);
+		if (a.unaccounted)
+			sk_journal_lost();	/* whatever it reserved is settled by the replay */
+		switch (a.verdict)
 		{
-			/* its slot is moving between masters of the Redis Cluster: nothing ran */
-			reply->status = SK_BUSY;
-			sk_answer(items[i]);
-			continue;
+			case SK_VERDICT_ANSWER:
+				reply->status = a.status;
+				if (a.status == SK_OK || a.status == SK_SOLD_OUT)
+					seckill_campaign_note_stock(o->campaign_id, o->home, a.stock);
+				if (a.status == SK_OK)
+					accepted[naccepted++] = all[i];
+				else if (a.status == SK_DUPLICATE)
+					dups[nd++] = items[i];
+				else
+					sk_answer(items[i]);
+				continue;
+			case SK_VERDICT_NEED_STOCK:
+				seckill_campaign_note_stock(o->campaign_id, o->home, a.stock);
+				pending[npending++] = all[i];
+				continue;
+			case SK_VERDICT_MOVING:
+				/* its slot is moving between masters of the Redis Cluster: nothing ran */
+				reply->status = SK_BUSY;
+				break;
+			case SK_VERDICT_UNREACHABLE:
+				/* its master is down: nothing ran */
+				seckill_reply_error(reply, SK_ERR_REDIS, "%s", a.text);
+				break;
+			case SK_VERDICT_FENCED:
+				fenced(items[i]);
+				break;
+			case SK_VERDICT_NOT_LOADED:
+				/* Redis lost the campaign: rebuild it from PostgreSQL after this round */
+				reply->status = SK_BUSY;
+				rebuild[(*nrebuild)++] = o->campaign_id;
+				break;
+			case SK_VERDICT_EMPTY:
+			case SK_VERDICT_FAILED:
+				seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "%s",
+									a.text ? a.text : "the purchase script answered empty");
+				break;
 		}
-		if (sk_reply_is_unreachable(r))
-		{
-			/* its master is down: nothing ran */
-			seckill_reply_error(reply, SK_ERR_REDIS, "%s", r->str);
-			sk_answer(items[i]);
-			continue;
-		}
-		if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-			r->element[0].str == NULL)
-		{
-			seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "the purchase script failed: %s",
-						   r->str ? r->str : "unexpected reply");
-			sk_answer(items[i]);
-			continue;
-		}
-		if (strcmp(r->element[0].str, "fenced") == 0)
-		{
-			fenced(items[i], r);
-			sk_answer(items[i]);
-			continue;
-		}
-		if (strcmp(r->element[0].str, "not_loaded") == 0)
-		{
-			/* Redis lost the campaign: rebuild it from PostgreSQL after this round. */
-			reply->status = SK_BUSY;
-			sk_answer(items[i]);
-			rebuild[(*nrebuild)++] = o->campaign_id;
-			continue;
-		}
-		if (strcmp(r->element[0].str, "need_stock") == 0)
-		{
-			seckill_campaign_note_stock(o->campaign_id, o->home, sk_reply_int(&r->element[1]));
-			pending[npending++] = all[i];
-			continue;
-		}
-		reply->status = status_from_script(r->element[0].str);
-		if (reply->status == SK_ERR_REDIS_REFUSED)
-			snprintf(reply->message, sizeof(reply->message),
-					 "the purchase script answered \"%s\"", r->element[0].str);
-		if (reply->status == SK_OK)
-			accepted[naccepted++] = all[i];
-		else if (reply->status == SK_DUPLICATE)
-			dups[nd++] = items[i];
-		else
-			sk_answer(items[i]);
-		if (reply->status == SK_OK || reply->status == SK_SOLD_OUT)
-			seckill_campaign_note_stock(o->campaign_id, o->home, sk_reply_int(&r->element[1]));
+		sk_answer(items[i]);
 	}
 	if (npending > 0)
 		take_elsewhere(pending, npending, accepted, &naccepted, rebuild, nrebuild);

@@ -1,0 +1,57 @@
+/*-------------------------------------------------------------------------
+ *
+ * purchase_scripts.h
+ *		The purchase path's Lua scripts as typed calls: lua/buy.lua (a
+ *		campaign shard's purchases of a round, checked and reserved) and
+ *		lua/take.lua (stock lent by another shard); their keys and
+ *		arguments built, their replies read into answers.
+ *
+ * The calls go into a pipeline of the caller's (redis/pipeline.h), which
+ * sends them; the answers are read from its replies.  What the worker does
+ * with an answer is the worker's (worker/purchase.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SECKILL_PURCHASE_SCRIPTS_H
+#define SECKILL_PURCHASE_SCRIPTS_H
+
+#include "redis/pipeline.h"
+#include "shared/call.h"
+#include "store/store.h"
+
+/* What a script said of one purchase. */
+typedef enum SkScriptVerdict
+{
+	SK_VERDICT_ANSWER,			/* status is the answer (buy.lua), or ok (take.lua) */
+	SK_VERDICT_NEED_STOCK,		/* buy.lua: the home shard is short, another may lend */
+	SK_VERDICT_EMPTY,			/* take.lua: this shard is short too */
+	SK_VERDICT_FENCED,			/* a newer primary sells the campaign */
+	SK_VERDICT_NOT_LOADED,		/* Redis lost the campaign (or its shard) */
+	SK_VERDICT_MOVING,			/* its Cluster slot is moving: nothing ran */
+	SK_VERDICT_UNREACHABLE,		/* its master is down: nothing ran */
+	SK_VERDICT_FAILED			/* the script failed or answered what it never does */
+} SkScriptVerdict;
+
+typedef struct SkScriptAnswer
+{
+	SkScriptVerdict verdict;
+	SeckillStatus status;		/* SK_VERDICT_ANSWER */
+	bool		has_stock;		/* the shard's stock after the call is in stock */
+	int64		stock;
+	const char *text;			/* UNREACHABLE, FAILED: why, for the caller's error */
+	bool		unaccounted;	/* FAILED: what the call reserved is not known */
+} SkScriptAnswer;
+
+/* A round's calls of lua/buy.lua: one per campaign shard, up to 128 purchases each. */
+typedef struct SkBuyCalls SkBuyCalls;
+
+extern SkBuyCalls *sk_buy_calls_new(int max_purchases);
+extern void sk_buy_calls_add(SkBuyCalls *calls, const SeckillRequest *req, const SkOrder *order,
+							 int64 instance, const char *epoch);
+extern void sk_buy_calls_send(SkBuyCalls *calls, SkPipeline *p);
+extern void sk_buy_answer(const SkBuyCalls *calls, SkReply *replies, int purchase, SkScriptAnswer *out);
+
+extern void sk_take_send(SkPipeline *p, const SkOrder *order, int shard, const char *epoch);
+extern void sk_take_answer(const SkReply *r, SkScriptAnswer *out);
+
+#endif							/* SECKILL_PURCHASE_SCRIPTS_H */

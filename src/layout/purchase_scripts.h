@@ -38,7 +38,7 @@ typedef struct SkScriptAnswer
 	SeckillStatus status;		/* SK_VERDICT_ANSWER */
 	bool		has_stock;		/* the shard's stock after the call is in stock */
 	int64		stock;
-	const char *text;			/* UNREACHABLE, FAILED: why, for the caller's error */
+	const char *text;			/* but for MOVING: what it said, for an error */
 	bool		unaccounted;	/* FAILED: what the call reserved is not known */
 } SkScriptAnswer;
 

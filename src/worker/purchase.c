@@ -173,6 +173,39 @@ fenced(RoundItem *item)
 	sk_epoch_reply_fenced(&item->reply);
 }
 
+/*
+ * A purchase a script did not serve: its answer, busy or an error; its
+ * campaign fenced, or rebuilt after the round.
+ */
+static void
+not_served(RoundItem *item, const SkScriptAnswer *a, int64 *rebuild, int *nrebuild)
+{
+	SeckillReply *reply = &item->reply;
+
+	switch (a->verdict)
+	{
+		case SK_VERDICT_MOVING:
+			/* its slot is moving between masters of the Redis Cluster: nothing ran */
+			reply->status = SK_BUSY;
+			break;
+		case SK_VERDICT_UNREACHABLE:
+			/* its master is down: nothing ran */
+			seckill_reply_error(reply, SK_ERR_REDIS, "%s", a->text);
+			break;
+		case SK_VERDICT_FENCED:
+			fenced(item);
+			break;
+		case SK_VERDICT_NOT_LOADED:
+			/* Redis lost the campaign or the shard: rebuilt from PostgreSQL after this round */
+			reply->status = SK_BUSY;
+			rebuild[(*nrebuild)++] = item->request.campaign_id;
+			break;
+		default:
+			seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "%s", a->text);
+			break;
+	}
+}
+
 /* A purchase of a round, with what Redis has said of it so far. */
 typedef struct Purchase
 {
@@ -263,24 +296,8 @@ take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccept
 				case SK_VERDICT_EMPTY:
 					pending[nleft++] = pending[i];
 					continue;
-				case SK_VERDICT_MOVING:
-					reply->status = SK_BUSY;
-					break;
-				case SK_VERDICT_UNREACHABLE:
-					seckill_reply_error(reply, SK_ERR_REDIS, "%s", a.text);
-					break;
-				case SK_VERDICT_FENCED:
-					fenced(pending[i].item);
-					break;
-				case SK_VERDICT_FAILED:
-				case SK_VERDICT_NEED_STOCK:
-					seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "%s",
-										a.text ? a.text : "the stock script answered need_stock");
-					break;
-				case SK_VERDICT_NOT_LOADED:
-					/* the shard was lost: rebuilt after the round */
-					reply->status = SK_BUSY;
-					rebuild[(*nrebuild)++] = o->campaign_id;
+				default:
+					not_served(pending[i].item, &a, rebuild, nrebuild);
 					break;
 			}
 			done[ndone++] = pending[i];
@@ -612,26 +629,8 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 				seckill_campaign_note_stock(o->campaign_id, o->home, a.stock);
 				pending[npending++] = all[i];
 				continue;
-			case SK_VERDICT_MOVING:
-				/* its slot is moving between masters of the Redis Cluster: nothing ran */
-				reply->status = SK_BUSY;
-				break;
-			case SK_VERDICT_UNREACHABLE:
-				/* its master is down: nothing ran */
-				seckill_reply_error(reply, SK_ERR_REDIS, "%s", a.text);
-				break;
-			case SK_VERDICT_FENCED:
-				fenced(items[i]);
-				break;
-			case SK_VERDICT_NOT_LOADED:
-				/* Redis lost the campaign: rebuild it from PostgreSQL after this round */
-				reply->status = SK_BUSY;
-				rebuild[(*nrebuild)++] = o->campaign_id;
-				break;
-			case SK_VERDICT_EMPTY:
-			case SK_VERDICT_FAILED:
-				seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "%s",
-									a.text ? a.text : "the purchase script answered empty");
+			default:
+				not_served(items[i], &a, rebuild, nrebuild);
 				break;
 		}
 		sk_answer(items[i]);

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * purchase_scripts.c
- *		lua/buy.lua and lua/take.lua as typed calls: the keys and arguments
- *		each script's header gives, and its replies read into answers.
+ *		lua/buy.lua, lua/take.lua and lua/compensate.lua as typed calls: the
+ *		keys and arguments each script's header gives, and its replies read
+ *		into answers.
  *
  *-------------------------------------------------------------------------
  */
@@ -206,4 +207,36 @@ void
 sk_take_answer(const SkReply *r, SkScriptAnswer *out)
 {
 	read_pair(r, "stock", out);
+}
+
+/*
+ * Give back a reservation's journal entry in one shard (lua/compensate.lua):
+ * its stock, and its buyer unless keep_buyer.  Only an entry still in the
+ * journal is given back, once; a worker of an older epoch gives nothing.
+ */
+void
+sk_give_back_send(SkPipeline *p, int64 campaign_id, int shard, int nshards,
+				  int64 request_id, bool keep_buyer, const char *epoch)
+{
+	const char *keys[3];
+	const char *args[3] = {psprintf(INT64_FORMAT, request_id), keep_buyer ? "keep" : "drop", epoch};
+
+	sk_keys_shard_set(campaign_id, shard, nshards, keys);
+	sk_pipeline_script(p, SK_SCRIPT_COMPENSATE, 3, keys, 3, args);
+}
+
+/*
+ * Whether the script ran (an error did not), and the shard's stock after
+ * it in stock: negative when the script says none (the campaign is not in
+ * Redis, or a newer epoch's).
+ */
+bool
+sk_give_back_answer(const SkReply *r, int64 *stock)
+{
+	*stock = -1;
+	if (sk_reply_is_error(r))
+		return false;
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2)
+		*stock = sk_reply_int(&r->element[1]);
+	return true;
 }

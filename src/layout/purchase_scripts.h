@@ -2,9 +2,10 @@
  *
  * purchase_scripts.h
  *		The purchase path's Lua scripts as typed calls: lua/buy.lua (a
- *		campaign shard's purchases of a round, checked and reserved) and
- *		lua/take.lua (stock lent by another shard); their keys and
- *		arguments built, their replies read into answers.
+ *		campaign shard's purchases of a round, checked and reserved),
+ *		lua/take.lua (stock lent by another shard) and lua/compensate.lua
+ *		(a reservation given back); their keys and arguments built, their
+ *		replies read into answers.
  *
  * The calls go into a pipeline of the caller's (redis/pipeline.h), which
  * sends them; the answers are read from its replies.  What the worker does
@@ -53,5 +54,9 @@ extern void sk_buy_answer(const SkBuyCalls *calls, SkReply *replies, int purchas
 
 extern void sk_take_send(SkPipeline *p, const SkOrder *order, int shard, const char *epoch);
 extern void sk_take_answer(const SkReply *r, SkScriptAnswer *out);
+
+extern void sk_give_back_send(SkPipeline *p, int64 campaign_id, int shard, int nshards,
+							  int64 request_id, bool keep_buyer, const char *epoch);
+extern bool sk_give_back_answer(const SkReply *r, int64 *stock);
 
 #endif							/* SECKILL_PURCHASE_SCRIPTS_H */

@@ -17,7 +17,7 @@
 #include "worker/journal.h"
 
 #include "layout/keys.h"
-#include "layout/scripts.h"
+#include "layout/purchase_scripts.h"
 #include "miscadmin.h"
 #include "redis/redis.h"
 #include "shared/campaign_cache.h"
@@ -312,9 +312,7 @@ replay_shard(int64 id, int shard, int nshards, int *committed, int *compensated)
 		}
 		else
 		{
-			const char *args[3] = {reqid, active[i] ? "keep" : "drop", sk_epoch_arg()};
-
-			sk_pipeline_script(&p, SK_SCRIPT_COMPENSATE, 3, keys, 3, args);
+			sk_give_back_send(&p, id, shard, nshards, ids[i], active[i], sk_epoch_arg());
 			ncompensated += stock;
 		}
 	}
@@ -323,10 +321,12 @@ replay_shard(int64 id, int shard, int nshards, int *committed, int *compensated)
 		return false;
 	for (int i = 0; i < n; i++)
 	{
-		if (sk_reply_is_error(&r[i]))
+		int64		left;
+
+		if (exists[i] ? sk_reply_is_error(&r[i]) : !sk_give_back_answer(&r[i], &left))
 			return redis_refused(&r[i], "settling the journal");
-		if (!exists[i] && r[i].type == REDIS_REPLY_ARRAY && r[i].elements == 2)
-			seckill_campaign_note_stock(id, shard, sk_reply_int(&r[i].element[1]));
+		if (!exists[i])
+			seckill_campaign_note_stock(id, shard, left);
 	}
 	seckill_stats_compensated(id, ncompensated);
 	ereport(LOG,
@@ -540,11 +540,7 @@ sk_journal_flush_settles(void)
 void
 sk_journal_add_give_back(SkPipeline *p, const SkOrder *order, int shard, bool keep)
 {
-	const char *keys[3];
-	const char *args[3] = {psprintf(INT64_FORMAT, order->id), keep ? "keep" : "drop", sk_epoch_arg()};
-
-	sk_keys_shard_set(order->campaign_id, shard, order->nshards, keys);
-	sk_pipeline_script(p, SK_SCRIPT_COMPENSATE, 3, keys, 3, args);
+	sk_give_back_send(p, order->campaign_id, shard, order->nshards, order->id, keep, sk_epoch_arg());
 }
 
 /*
@@ -581,6 +577,8 @@ sk_journal_give_back(SkOrder *orders, int n)
 	}
 	for (int i = 0, r = 0; i < n; i++)
 	{
+		int64		left;
+
 		if (orders[i].outcome == SK_OK)
 			continue;
 		seckill_stats_compensated(orders[i].campaign_id, 1);
@@ -590,9 +588,8 @@ sk_journal_give_back(SkOrder *orders, int n)
 		 */
 		if (orders[i].outcome == SK_SOLD_OUT && orders[i].qty == 1)
 			seckill_campaign_note_sold_out(orders[i].campaign_id);
-		else if (replies[r].type == REDIS_REPLY_ARRAY && replies[r].elements == 2)
-			seckill_campaign_note_stock(orders[i].campaign_id, orders[i].stock_shard,
-						  sk_reply_int(&replies[r].element[1]));
+		else if (sk_give_back_answer(&replies[r], &left))
+			seckill_campaign_note_stock(orders[i].campaign_id, orders[i].stock_shard, left);
 		r += orders[i].stock_shard != orders[i].home ? 2 : 1;
 	}
 }

@@ -240,3 +240,66 @@ sk_give_back_answer(const SkReply *r, int64 *stock)
 		*stock = sk_reply_int(&r->element[1]);
 	return true;
 }
+
+/* Read a shard's journal, and its hash's epoch and take-over mark: two commands. */
+void
+sk_journal_read_send(SkPipeline *p, int64 campaign_id, int shard, int nshards)
+{
+	const char *keys[3];
+
+	sk_keys_shard_set(campaign_id, shard, nshards, keys);
+	sk_pipeline_add(p, 2, (const char *[]) {"HGETALL", keys[2]}, NULL);
+	sk_pipeline_add(p, 4, (const char *[]) {"HMGET", keys[0], "epoch", "stale"}, NULL);
+}
+
+/*
+ * The two replies of sk_journal_read_send: each entry is request id ->
+ * "qty:user" (lua/buy.lua).
+ */
+void
+sk_journal_read_answer(SkReply *replies, SkJournalEntries *out)
+{
+	SkReply    *all = &replies[0];
+	SkReply    *marks = &replies[1];
+
+	memset(out, 0, sizeof(*out));
+	if (all->type != REDIS_REPLY_ARRAY)
+	{
+		out->refused = all;
+		return;
+	}
+	if (marks->type != REDIS_REPLY_ARRAY || marks->elements != 2)
+	{
+		out->refused = marks;
+		return;
+	}
+	out->epoch = marks->element[0].str ? strtoll(marks->element[0].str, NULL, 10) : 0;
+	out->stale = marks->element[1].str;
+	out->n = all->elements / 2;
+	out->ids = palloc(sizeof(int64) * Max(out->n, 1));
+	out->qtys = palloc(sizeof(int) * Max(out->n, 1));
+	out->users = palloc(sizeof(char *) * Max(out->n, 1));
+	for (int i = 0; i < out->n; i++)
+	{
+		const char *entry = all->element[2 * i + 1].str;
+		const char *sep = entry ? strchr(entry, ':') : NULL;
+
+		out->ids[i] = strtoll(all->element[2 * i].str, NULL, 10);
+		out->qtys[i] = entry ? atoi(entry) : 0;
+		out->users[i] = sep ? sep + 1 : NULL;
+	}
+}
+
+/* Drop the journal entries of committed orders, ids[0..n-1], from one shard: one HDEL. */
+void
+sk_journal_settle_send(SkPipeline *p, int64 campaign_id, int shard, int nshards,
+					   const int64 *ids, int n)
+{
+	const char **argv = palloc(sizeof(char *) * (n + 2));
+
+	argv[0] = "HDEL";
+	argv[1] = sk_keys_shard(campaign_id, shard, nshards, "journal");
+	for (int i = 0; i < n; i++)
+		argv[2 + i] = psprintf(INT64_FORMAT, ids[i]);
+	sk_pipeline_add(p, n + 2, argv, NULL);
+}

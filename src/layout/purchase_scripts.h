@@ -5,7 +5,8 @@
  *		campaign shard's purchases of a round, checked and reserved),
  *		lua/take.lua (stock lent by another shard) and lua/compensate.lua
  *		(a reservation given back); their keys and arguments built, their
- *		replies read into answers.
+ *		replies read into answers.  With them the reservation journal's
+ *		plain commands: a shard's journal read, entries settled.
  *
  * The calls go into a pipeline of the caller's (redis/pipeline.h), which
  * sends them; the answers are read from its replies.  What the worker does
@@ -58,5 +59,22 @@ extern void sk_take_answer(const SkReply *r, SkScriptAnswer *out);
 extern void sk_give_back_send(SkPipeline *p, int64 campaign_id, int shard, int nshards,
 							  int64 request_id, bool keep_buyer, const char *epoch);
 extern bool sk_give_back_answer(const SkReply *r, int64 *stock);
+
+/* A shard's journal as read: its entries, and the shard's epoch and mark. */
+typedef struct SkJournalEntries
+{
+	int			n;
+	int64	   *ids;			/* the reservations' request ids */
+	int		   *qtys;			/* 0: the entry only holds the buyer's place */
+	const char **users;			/* NULL for an entry seckill did not write */
+	int64		epoch;			/* of the shard's hash; 0 when none */
+	const char *stale;			/* its take-over's mark (worker/epoch.c), or NULL */
+	const SkReply *refused;		/* the reply Redis refused a read with, or NULL */
+} SkJournalEntries;
+
+extern void sk_journal_read_send(SkPipeline *p, int64 campaign_id, int shard, int nshards);
+extern void sk_journal_read_answer(SkReply *replies, SkJournalEntries *out);
+extern void sk_journal_settle_send(SkPipeline *p, int64 campaign_id, int shard, int nshards,
+								   const int64 *ids, int n);
 
 #endif							/* SECKILL_PURCHASE_SCRIPTS_H */

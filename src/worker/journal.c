@@ -236,90 +236,72 @@ replay_shard(int64 id, int shard, int nshards, int *committed, int *compensated)
 {
 	SkPipeline	p;
 	SkReply    *r;
-	const char *keys[3];
-	int			n;
-	int64	   *ids;
+	SkJournalEntries j;
 	const char **users;
 	bool	   *exists;
 	bool	   *active;
 	int			ncommitted = 0,
 				ncompensated = 0;
-	int64		epoch;
 	const char *reason = "not committed: replayed from the Redis journal";
 
-	sk_keys_shard_set(id, shard, nshards, keys);
 	sk_pipeline_init(&p);
-	sk_pipeline_add(&p, 2, (const char *[]) {"HGETALL", keys[2]}, NULL);
-	sk_pipeline_add(&p, 4, (const char *[]) {"HMGET", keys[0], "epoch", "stale"}, NULL);
+	sk_journal_read_send(&p, id, shard, nshards);
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 		return false;
-	if (r[0].type != REDIS_REPLY_ARRAY)
-		return redis_refused(&r[0], "reading the journal");
-	if (r[1].type != REDIS_REPLY_ARRAY || r[1].elements != 2)
-		return redis_refused(&r[1], "reading the campaign's epoch");
+	sk_journal_read_answer(r, &j);
+	if (j.refused)
+		return redis_refused(j.refused, j.refused == &r[0] ? "reading the journal" :
+							 "reading the campaign's epoch");
 	/* the journal of a newer primary's campaign is its own to settle */
-	epoch = r[1].element[0].str ? strtoll(r[1].element[0].str, NULL, 10) : 0;
-	if (epoch > strtoll(sk_epoch_arg(), NULL, 10))
+	if (j.epoch > strtoll(sk_epoch_arg(), NULL, 10))
 	{
 		sk_epoch_fence("a journal replay");
 		return false;
 	}
 	/* marked stale by a take-over (worker/epoch.c): say which */
-	if (r[1].element[1].str != NULL)
-		reason = strcmp(r[1].element[1].str, "promotion") == 0 ?
+	if (j.stale != NULL)
+		reason = strcmp(j.stale, "promotion") == 0 ?
 			"lost in a failover: not committed on the promoted primary" :
 			"not committed: replayed from the Redis journal after a change of Redis master";
-	n = r[0].elements / 2;
-	if (n == 0)
+	if (j.n == 0)
 		return true;
 
-	ids = palloc(sizeof(int64) * n);
-	users = palloc(sizeof(char *) * n);
-	for (int i = 0; i < n; i++)
-	{
-		const char *sep = strchr(r[0].element[2 * i + 1].str, ':');
-
-		ids[i] = strtoll(r[0].element[2 * i].str, NULL, 10);
-		users[i] = sep ? sep + 1 : "";
-	}
-
+	users = palloc(sizeof(char *) * j.n);
+	for (int i = 0; i < j.n; i++)
+		users[i] = j.users[i] ? j.users[i] : "";
 	store_begin("seckill: replay journal");
-	exists = store_orders_exist(ids, n);
+	exists = store_orders_exist(j.ids, j.n);
 	/* a user with another, committed order stays a buyer in Redis */
-	active = store_have_active_order(id, users, n);
-	for (int i = 0; i < n; i++)
+	active = store_have_active_order(id, users, j.n);
+	for (int i = 0; i < j.n; i++)
 	{
-		const char *entry = r[0].element[2 * i + 1].str;
-		const char *sep = strchr(entry, ':');
-
-		if (exists[i] || sep == NULL || atoi(entry) == 0)
+		if (exists[i] || j.users[i] == NULL || j.qtys[i] == 0)
 			continue;
-		store_log_compensation(ids[i], id, sep + 1, atoi(entry), reason);
+		store_log_compensation(j.ids[i], id, j.users[i], j.qtys[i], reason);
 	}
 	store_commit();
 
 	sk_pipeline_init(&p);
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < j.n; i++)
 	{
-		char	   *reqid = r[0].element[2 * i].str;
-		bool		stock = atoi(r[0].element[2 * i + 1].str) > 0;
+		bool		stock = j.qtys[i] > 0;
 
 		if (exists[i])
 		{
-			sk_pipeline_add(&p, 3, (const char *[]) {"HDEL", keys[2], reqid}, NULL);
+			sk_journal_settle_send(&p, id, shard, nshards, &j.ids[i], 1);
 			ncommitted += stock;
 		}
 		else
 		{
-			sk_give_back_send(&p, id, shard, nshards, ids[i], active[i], sk_epoch_arg());
+			sk_give_back_send(&p, id, shard, nshards, j.ids[i], active[i], sk_epoch_arg());
 			ncompensated += stock;
 		}
 	}
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 		return false;
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < j.n; i++)
 	{
 		int64		left;
 
@@ -493,27 +475,24 @@ int
 sk_journal_add_settles(SkPipeline *p)
 {
 	int			ncommands = 0;
-	const char **argv = palloc(sizeof(char *) * (nsettled + 2));
-	bool	   *done = palloc0(sizeof(bool) * nsettled);
+	int64	   *ids = palloc(sizeof(int64) * Max(nsettled, 1));
+	bool	   *done = palloc0(sizeof(bool) * Max(nsettled, 1));
 
 	for (int i = 0; i < nsettled; i++)
 	{
-		int			argc = 0;
+		int			n = 0;
 
 		if (done[i])
 			continue;
-		argv[argc++] = "HDEL";
-		argv[argc++] = sk_keys_shard(settled[i].campaign_id, settled[i].home,
-									settled[i].nshards, "journal");
 		for (int j = i; j < nsettled; j++)
 		{
 			if (done[j] || settled[j].campaign_id != settled[i].campaign_id ||
 				settled[j].home != settled[i].home)
 				continue;
-			argv[argc++] = psprintf(INT64_FORMAT, settled[j].id);
+			ids[n++] = settled[j].id;
 			done[j] = true;
 		}
-		sk_pipeline_add(p, argc, argv, NULL);
+		sk_journal_settle_send(p, settled[i].campaign_id, settled[i].home, settled[i].nshards, ids, n);
 		ncommands++;
 	}
 	nsettled = 0;

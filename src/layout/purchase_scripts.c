@@ -149,9 +149,8 @@ read_pair(const SkReply *r, const char *script, SkScriptAnswer *out)
 		return;
 	}
 	status = r->element[0].str;
+	out->said = status;
 	out->stock = sk_reply_int(&r->element[1]);
-	/* for a verdict its caller does not expect of this script */
-	out->text = psprintf("the %s script answered \"%s\"", script, status);
 	if (strcmp(status, "fenced") == 0)
 		out->verdict = SK_VERDICT_FENCED;
 	else if (strcmp(status, "not_loaded") == 0)
@@ -165,7 +164,10 @@ read_pair(const SkReply *r, const char *script, SkScriptAnswer *out)
 		out->verdict = SK_VERDICT_ANSWER;
 		out->status = status_named(status);
 		if (out->status == SK_ERR_REDIS_REFUSED)
+		{
 			out->verdict = SK_VERDICT_FAILED;
+			out->text = psprintf("the %s script answered \"%s\"", script, status);
+		}
 	}
 	/* fenced and not_loaded carry no stock of the shard */
 	out->has_stock = out->verdict != SK_VERDICT_FENCED && out->verdict != SK_VERDICT_NOT_LOADED;

@@ -40,7 +40,8 @@ typedef struct SkScriptAnswer
 	SeckillStatus status;		/* SK_VERDICT_ANSWER */
 	bool		has_stock;		/* the shard's stock after the call is in stock */
 	int64		stock;
-	const char *text;			/* but for MOVING: what it said, for an error */
+	const char *said;			/* the status word it answered, if it answered one */
+	const char *text;			/* UNREACHABLE, FAILED: why, for an error */
 	bool		unaccounted;	/* FAILED: what the call reserved is not known */
 } SkScriptAnswer;
 

@@ -201,7 +201,9 @@ not_served(RoundItem *item, const SkScriptAnswer *a, int64 *rebuild, int *nrebui
 			rebuild[(*nrebuild)++] = item->request.campaign_id;
 			break;
 		default:
-			seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "%s", a->text);
+			/* failed, or a word that script never says there */
+			seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "%s",
+								a->text ? a->text : psprintf("the script answered \"%s\"", a->said));
 			break;
 	}
 }

@@ -29,4 +29,20 @@ typedef struct SeckillCampaignRow
 	bool		rebuy_after_cancel;
 } SeckillCampaignRow;
 
+/*
+ * A campaign's waiting line (seckill_queue_join), as the worker last
+ * committed it to seckill.queue_places and seckill.queue_lines
+ * (worker/waiting_room.c): backends answer its buyers from it.
+ */
+typedef struct SeckillLine
+{
+	bool		loaded;			/* read by the running worker: else backends read PostgreSQL */
+	bool		drawn;			/* the early joins have their tickets */
+	int64		last;			/* the last ticket given */
+	int64		admitted;		/* every ticket up to it is admitted */
+	int64		early;			/* joins before the start, waiting for the draw */
+	int64		expired;		/* passes that ran out unused, as last counted */
+	double		pace;			/* buyers admitted per second lately */
+} SeckillLine;
+
 #endif							/* SECKILL_CAMPAIGN_H */

@@ -36,6 +36,7 @@ static const char *const status_names[] = {
 	[SK_ERR_FENCED] = "fenced",
 	[SK_ERR_EPOCH_LOST] = "epoch_lost",
 	[SK_PENDING] = "pending",
+	[SK_NOT_ADMITTED] = "not_admitted",
 };
 
 const char *

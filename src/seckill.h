@@ -22,7 +22,7 @@
 #include "datatype/timestamp.h"
 
 /* The version of the extension's SQL objects this library works with. */
-#define SECKILL_SQL_VERSION "1.13"
+#define SECKILL_SQL_VERSION "1.14"
 
 /* Documented limits of ids, in bytes. */
 #define SECKILL_MAX_USER_LEN	128
@@ -51,7 +51,9 @@ typedef enum SeckillStatus
 	SK_ERR_FENCED,				/* a newer primary sells through this Redis */
 	SK_ERR_EPOCH_LOST,			/* Redis lost the epoch: seckill_epoch_claim() */
 	/* the worker's own: the reply waits for the rebuild of the campaign */
-	SK_PENDING
+	SK_PENDING,
+	/* a campaign's waiting room refused a buyer without a valid pass (backend/queue.c) */
+	SK_NOT_ADMITTED
 } SeckillStatus;
 
 extern const char *seckill_status_name(SeckillStatus status);
@@ -84,6 +86,14 @@ typedef struct SeckillLimits
 	bool		has_token_secret;	/* token_secret is loaded */
 	uint8		token_secret[SK_TOKEN_SECRET_LEN];
 	int32		shards;			/* stock shards in Redis; fixed once preheated */
+	/* the waiting room (backend/queue.c, worker/waiting_room.c); not in Redis */
+	bool		queue;			/* purchases need a pass from the line */
+	int64		queue_pass_ttl; /* microseconds a pass stays valid */
+	double		queue_admit_rate;	/* buyers admitted per second at most; 0: no bound */
+	double		queue_admit_factor; /* admitted, not yet bought <= this x stock left */
+	int64		queue_opens_before; /* microseconds before starts_at that joins are taken */
+	int64		queue_seed;		/* the draw's seed */
+	bool		has_queue_seed; /* else drawn at random at the start */
 } SeckillLimits;
 
 #define SK_MAX_SHARDS 64

@@ -248,7 +248,10 @@ seckill_sql_changed(PG_FUNCTION_ARGS)
 /*
  * seckill.apply_limits(campaign_id bigint, user_rate float8, user_burst int,
  *		addr_rate float8, addr_burst int, max_in_flight int,
- *		token_required bool, token_ttl_us bigint, shards int) RETURNS void
+ *		token_required bool, token_ttl_us bigint, shards int, queue bool,
+ *		queue_pass_ttl_us bigint, queue_admit_rate float8,
+ *		queue_admit_factor float8, queue_opens_before_us bigint,
+ *		queue_seed bigint) RETURNS void
  *
  * The worker stores the campaign's traffic limits (NULL: none) and, while it
  * is a draft, its stock shards, validated by
@@ -259,10 +262,11 @@ seckill_apply_limits(PG_FUNCTION_ARGS)
 {
 	SeckillRequest request;
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(6) || PG_ARGISNULL(7) || PG_ARGISNULL(8))
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(6) || PG_ARGISNULL(7) || PG_ARGISNULL(8) ||
+		PG_ARGISNULL(9) || PG_ARGISNULL(10) || PG_ARGISNULL(12) || PG_ARGISNULL(13))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("campaign_id, token_required, token_ttl_us and shards must not be null")));
+				 errmsg("campaign_id, token_required, token_ttl_us, shards, queue, queue_pass_ttl_us, queue_admit_factor and queue_opens_before_us must not be null")));
 	/*
 	 * seckill_campaign_set merges the given settings onto the campaign's
 	 * current ones, read after a lock that orders concurrent changes: a
@@ -285,6 +289,13 @@ seckill_apply_limits(PG_FUNCTION_ARGS)
 	request.limits.token_required = PG_GETARG_BOOL(6);
 	request.limits.token_ttl = PG_GETARG_INT64(7);
 	request.limits.shards = PG_GETARG_INT32(8);
+	request.limits.queue = PG_GETARG_BOOL(9);
+	request.limits.queue_pass_ttl = PG_GETARG_INT64(10);
+	request.limits.queue_admit_rate = PG_ARGISNULL(11) ? 0 : PG_GETARG_FLOAT8(11);
+	request.limits.queue_admit_factor = PG_GETARG_FLOAT8(12);
+	request.limits.queue_opens_before = PG_GETARG_INT64(13);
+	request.limits.has_queue_seed = !PG_ARGISNULL(14);
+	request.limits.queue_seed = PG_ARGISNULL(14) ? 0 : PG_GETARG_INT64(14);
 	(void) seckill_request_checked(&request);
 	PG_RETURN_VOID();
 }

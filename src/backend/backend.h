@@ -9,6 +9,7 @@
 #define SECKILL_BACKEND_H
 
 #include "shared/call.h"
+#include "shared/campaign_cache.h"
 
 #include "fmgr.h"
 
@@ -19,5 +20,6 @@ extern SeckillReply seckill_call_checked(SeckillRequestKind kind, int64 campaign
 extern SeckillReply seckill_request_checked(const SeckillRequest *request);
 extern SeckillReply seckill_reply_checked(SeckillRequestKind kind, SeckillReply reply);
 extern void seckill_version_guard_register(void);
+extern bool seckill_queue_admits(const SeckillCampaign *c, const char *user_id, TimestampTz now);
 
 #endif							/* SECKILL_BACKEND_H */

@@ -145,6 +145,8 @@ buy(FunctionCallInfo fcinfo, SeckillRequest *request, const char *goods, const c
 		}
 		limits = &cached.row.limits;
 		st = &seckill_stats[cached.stats];
+		if (limits->queue && !seckill_queue_admits(&cached, request->user_id, now))
+			return SK_NOT_ADMITTED;
 	}
 	else
 	{
@@ -159,6 +161,14 @@ buy(FunctionCallInfo fcinfo, SeckillRequest *request, const char *goods, const c
 			return SK_NOT_STARTED;
 		request->campaign_id = info->id;
 		limits = &info->limits;
+		if (limits->queue)
+		{
+			SeckillCampaign *uncached = palloc0(sizeof(SeckillCampaign));
+
+			uncached->row = *info;
+			if (!seckill_queue_admits(uncached, request->user_id, now))
+				return SK_NOT_ADMITTED;
+		}
 		if (limits->token_required)
 			store_token_secret_load(info->id, limits);
 	}

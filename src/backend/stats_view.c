@@ -66,6 +66,7 @@ stats_row(ReturnSetInfo *rsinfo, SeckillStats *st, bool all, TimestampTz since,
 		calls += c;
 		values[n++] = Int64GetDatum((int64) c);
 	}
+	calls += pg_atomic_read_u64(&st->not_admitted);
 	values[2] = Int64GetDatum((int64) calls);
 	values[n++] = Int32GetDatum((int32) pg_atomic_read_u32(&st->in_flight));
 	values[n++] = Int64GetDatum((int64) pg_atomic_read_u64(&st->compensations));

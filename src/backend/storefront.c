@@ -82,6 +82,7 @@ read_campaign(const char *goods, SeckillStorefront *out, bool *draft)
 	out->total_stock = row.total_stock;
 	out->remaining = (int64) row.total_stock - row.sold;
 	out->sold_out = seckill_campaign_sold_out(row.id);
+	out->queue_length = -1;
 	*draft = strcmp(row.state, "draft") == 0;
 	return true;
 }
@@ -176,7 +177,9 @@ json_int(StringInfo buf, const char *member, int64 value)
  *
  * The same as one JSON object for a page to pass on as it is, its times as
  * countdowns in seconds (starts_in_seconds, ends_in_seconds: null for a sale
- * without end), at the cost of a scalar call: a set-returning function in
+ * without end), and, for a campaign with a waiting room whose line the
+ * worker has read, the buyers waiting in it (queue_length), at the cost of
+ * a scalar call: a set-returning function in
  * FROM costs its reader a table function scan.  NULL when goods has no open
  * campaign.
  */
@@ -202,6 +205,8 @@ seckill_storefront_json(PG_FUNCTION_ARGS)
 	json_seconds_to(&buf, ", \"ends_in_seconds\": ", c.ends_at, now);
 	json_int(&buf, ", \"total_stock\": ", c.total_stock);
 	json_int(&buf, ", \"remaining\": ", storefront_remaining(&c));
+	if (c.queue_length >= 0)
+		json_int(&buf, ", \"queue_length\": ", c.queue_length);
 	appendStringInfoChar(&buf, '}');
 	PG_RETURN_TEXT_P(cstring_to_text_with_len(buf.data, buf.len));
 }

@@ -47,6 +47,7 @@ static const char *const request_kind_names[] = {
 	[SK_REQ_UNLOCK] = "unlock",
 	[SK_REQ_BARRIER] = "barrier",
 	[SK_REQ_EPOCH_CLAIM] = "epoch_claim",
+	[SK_REQ_QUEUE_JOIN] = "queue_join",
 };
 
 /* For messages: "a purchase request". */

@@ -39,7 +39,8 @@ typedef enum SeckillRequestKind
 	SK_REQ_LOCK,				/* take a lock for a SQL caller (request.lock) */
 	SK_REQ_UNLOCK,				/* release it */
 	SK_REQ_BARRIER,				/* answered once every earlier request is settled */
-	SK_REQ_EPOCH_CLAIM			/* record this server's epoch in Redis again */
+	SK_REQ_EPOCH_CLAIM,			/* record this server's epoch in Redis again */
+	SK_REQ_QUEUE_JOIN			/* a place in the campaign's waiting line */
 } SeckillRequestKind;
 
 typedef enum SeckillSlotState

@@ -73,6 +73,7 @@ seckill_campaign_lookup(const char *goods, SeckillCampaign *out)
 		out->row = c->row;
 		out->stats = c->stats;
 		pg_atomic_init_u32(&out->sold_out, pg_atomic_read_u32(&c->sold_out));
+		out->line = c->line;
 	}
 	LWLockRelease(seckill_campaign_cache->lock);
 	return c != NULL;
@@ -114,6 +115,8 @@ seckill_campaign_storefront(const char *goods, SeckillStorefront *out)
 		out->ends_at = c->row.ends_at;
 		out->total_stock = c->row.total_stock;
 		out->sold_out = pg_atomic_read_u32(&c->sold_out) != 0;
+		out->queue_length = c->row.limits.queue && c->line.loaded ?
+			c->line.last - c->line.admitted + c->line.early : -1;
 		out->remaining = -1;
 		if ((c->known_shards & all_shards(c)) == all_shards(c))
 		{
@@ -169,6 +172,9 @@ seckill_campaign_store(const SeckillCampaignRow *row, bool sold_out)
 		LWLockRelease(seckill_campaign_cache->lock);
 		return false;
 	}
+	/* a new campaign: no line read yet */
+	if (c->row.id != row->id)
+		memset(&c->line, 0, sizeof(c->line));
 	/* a new campaign, or new shards: no stock seen yet */
 	if (c->row.id != row->id || c->row.limits.shards != row->limits.shards)
 	{
@@ -253,4 +259,30 @@ seckill_campaign_note_sold_out(int64 campaign_id)
 		return;
 	c->empty_shards = ~UINT64CONST(0);
 	pg_atomic_write_u32(&c->sold_out, 1);
+}
+
+/* Worker: the line of a cached campaign, as just committed. */
+void
+seckill_campaign_set_line(int64 id, const SeckillLine *line)
+{
+	SeckillCampaign *c;
+
+	LWLockAcquire(seckill_campaign_cache->lock, LW_EXCLUSIVE);
+	c = seckill_campaign_find(id);
+	if (c != NULL)
+		c->line = *line;
+	LWLockRelease(seckill_campaign_cache->lock);
+}
+
+/*
+ * Worker, at its start: the lines are read again from PostgreSQL, and
+ * backends read them there until then.
+ */
+void
+seckill_campaign_lines_unloaded(void)
+{
+	LWLockAcquire(seckill_campaign_cache->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < seckill_max_campaigns; i++)
+		seckill_campaigns[i].line.loaded = false;
+	LWLockRelease(seckill_campaign_cache->lock);
 }

@@ -31,12 +31,14 @@ typedef struct SeckillCampaign
 	uint64		known_shards;	/* a bit per shard whose stock[] the worker saw */
 	int32		stock[SECKILL_MAX_SHARDS];	/* each shard's stock in Redis as last seen */
 	pg_atomic_uint32 sold_out;	/* every shard is empty */
+	SeckillLine line;			/* its waiting line, where row.limits.queue */
 } SeckillCampaign;
 
 /*
  * What a storefront shows of a preheated campaign: its row's times and
- * stock, the sold-out flag, and the stock left in Redis (-1 while the worker
- * has not seen every shard's stock since it cached the campaign).
+ * stock, the sold-out flag, the stock left in Redis (-1 while the worker
+ * has not seen every shard's stock since it cached the campaign), and the
+ * length of its waiting line.
  */
 typedef struct SeckillStorefront
 {
@@ -46,6 +48,7 @@ typedef struct SeckillStorefront
 	int32		total_stock;
 	int64		remaining;
 	bool		sold_out;
+	int64		queue_length;	/* its waiting line's, or -1: none, or not read yet */
 } SeckillStorefront;
 
 typedef struct SeckillCampaignCache
@@ -74,5 +77,7 @@ extern void seckill_campaign_forget(int64 id);
 extern bool seckill_campaign_cached(int64 id);
 extern void seckill_campaign_note_stock(int64 campaign_id, int shard, long long stock);
 extern void seckill_campaign_note_sold_out(int64 campaign_id);
+extern void seckill_campaign_set_line(int64 id, const SeckillLine *line);
+extern void seckill_campaign_lines_unloaded(void);
 
 #endif							/* SECKILL_CAMPAIGN_CACHE_H */

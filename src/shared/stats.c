@@ -73,7 +73,10 @@ seckill_hist_quantile(SeckillHistogram *h, double p, double *ms)
 static void
 stats_add(SeckillStats *st, SeckillStatus status, int64 usec)
 {
-	pg_atomic_fetch_add_u64(&st->calls[Min(status, SK_STAT_ERRORS)], 1);
+	if (status == SK_NOT_ADMITTED)
+		pg_atomic_fetch_add_u64(&st->not_admitted, 1);
+	else
+		pg_atomic_fetch_add_u64(&st->calls[Min(status, SK_STAT_ERRORS)], 1);
 	seckill_hist_record(&st->latency, usec);
 }
 
@@ -145,6 +148,7 @@ stats_init(SeckillStats *st)
 {
 	for (int s = 0; s <= SK_STAT_ERRORS; s++)
 		pg_atomic_init_u64(&st->calls[s], 0);
+	pg_atomic_init_u64(&st->not_admitted, 0);
 	pg_atomic_init_u64(&st->compensations, 0);
 	pg_atomic_init_u32(&st->in_flight, 0);
 	for (int b = 0; b < SK_HIST_BUCKETS; b++)
@@ -157,6 +161,7 @@ seckill_stats_zero(SeckillStats *st)
 {
 	for (int s = 0; s <= SK_STAT_ERRORS; s++)
 		pg_atomic_write_u64(&st->calls[s], 0);
+	pg_atomic_write_u64(&st->not_admitted, 0);
 	pg_atomic_write_u64(&st->compensations, 0);
 	for (int b = 0; b < SK_HIST_BUCKETS; b++)
 		pg_atomic_write_u64(&st->latency.counts[b], 0);

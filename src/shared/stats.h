@@ -38,6 +38,7 @@ typedef struct SeckillStats
 	int64		campaign_id;	/* 0: entry unused */
 	char		goods[SECKILL_MAX_GOODS_LEN + 1];
 	pg_atomic_uint64 calls[SK_STAT_ERRORS + 1];	/* per status, then errors */
+	pg_atomic_uint64 not_admitted;	/* refused by the waiting room */
 	pg_atomic_uint64 compensations;
 	pg_atomic_uint32 in_flight; /* purchases with the worker now */
 	SeckillHistogram latency;	/* of seckill_buy, microseconds */

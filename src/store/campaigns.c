@@ -32,6 +32,13 @@
 
 static void limits_from_tuple(HeapTuple tuple, TupleDesc desc, int first, SeckillLimits *limits);
 
+/* The waiting room's settings, in the order queue_from_tuple reads them. */
+#define QUEUE_COLUMNS \
+	"queue, (extract(epoch FROM queue_pass_ttl) * 1000000)::int8, coalesce(queue_admit_rate, 0), " \
+	"queue_admit_factor, (extract(epoch FROM queue_opens_before) * 1000000)::int8, queue_seed"
+
+static void queue_from_tuple(HeapTuple tuple, TupleDesc desc, int first, SeckillLimits *limits);
+
 static SPIPlanPtr buyers_plan[2] = {NULL, NULL};	/* active, cancelled */
 
 /* A campaign's token secret, as seckill.token_secrets holds it, into its limits. */
@@ -68,6 +75,24 @@ row_from_tuple(HeapTuple tuple, TupleDesc desc, SeckillCampaignRow *row)
 	if (!isnull)
 		token_secret_copy(DatumGetByteaPP(secret), &row->limits);
 	row->rebuy_after_cancel = DatumGetBool(SPI_getbinval(tuple, desc, 19, &isnull));
+	queue_from_tuple(tuple, desc, 20, &row->limits);
+}
+
+/* Read the QUEUE_COLUMNS that start at column first (1-based). */
+static void
+queue_from_tuple(HeapTuple tuple, TupleDesc desc, int first, SeckillLimits *limits)
+{
+	bool		isnull;
+	Datum		seed;
+
+	limits->queue = DatumGetBool(SPI_getbinval(tuple, desc, first, &isnull));
+	limits->queue_pass_ttl = DatumGetInt64(SPI_getbinval(tuple, desc, first + 1, &isnull));
+	limits->queue_admit_rate = DatumGetFloat8(SPI_getbinval(tuple, desc, first + 2, &isnull));
+	limits->queue_admit_factor = DatumGetFloat8(SPI_getbinval(tuple, desc, first + 3, &isnull));
+	limits->queue_opens_before = DatumGetInt64(SPI_getbinval(tuple, desc, first + 4, &isnull));
+	seed = SPI_getbinval(tuple, desc, first + 5, &isnull);
+	limits->has_queue_seed = !isnull;
+	limits->queue_seed = isnull ? 0 : DatumGetInt64(seed);
 }
 
 /* Read the LIMITS_COLUMNS that start at column first (1-based). */
@@ -90,7 +115,7 @@ limits_from_tuple(HeapTuple tuple, TupleDesc desc, int first, SeckillLimits *lim
 /* A campaign row's columns, as row_from_tuple reads them. */
 #define CAMPAIGN_FIELDS_WITH(secret) \
 	"id, goods, total_stock, sold, per_user_limit, starts_at, ends_at, state, " \
-	LIMITS_COLUMNS ", created_at, " secret ", rebuy_after_cancel"
+	LIMITS_COLUMNS ", created_at, " secret ", rebuy_after_cancel, " QUEUE_COLUMNS
 
 #define CAMPAIGN_FIELDS CAMPAIGN_FIELDS_WITH("(SELECT t.secret FROM seckill.token_secrets t " \
 	"WHERE t.campaign_id = seckill.campaigns.id)")
@@ -399,22 +424,31 @@ store_set_state(int64 campaign_id, const char *state)
 void
 store_set_limits(int64 campaign_id, const SeckillLimits *limits)
 {
-	Oid			types[9] = {INT8OID, FLOAT8OID, INT4OID, FLOAT8OID, INT4OID, INT4OID,
-	BOOLOID, INT8OID, INT4OID};
-	Datum		values[9] = {
+	Oid			types[16] = {INT8OID, FLOAT8OID, INT4OID, FLOAT8OID, INT4OID, INT4OID,
+		BOOLOID, INT8OID, INT4OID,
+	BOOLOID, INT8OID, FLOAT8OID, FLOAT8OID, INT8OID, INT8OID, BOOLOID};
+	Datum		values[16] = {
 		Int64GetDatum(campaign_id),
 		Float8GetDatum(limits->user_rate), Int32GetDatum(limits->user_burst),
 		Float8GetDatum(limits->addr_rate), Int32GetDatum(limits->addr_burst),
 		Int32GetDatum(limits->max_in_flight), BoolGetDatum(limits->token_required),
-		Int64GetDatum(limits->token_ttl), Int32GetDatum(limits->shards)
+		Int64GetDatum(limits->token_ttl), Int32GetDatum(limits->shards),
+		BoolGetDatum(limits->queue), Int64GetDatum(limits->queue_pass_ttl),
+		Float8GetDatum(limits->queue_admit_rate), Float8GetDatum(limits->queue_admit_factor),
+		Int64GetDatum(limits->queue_opens_before), Int64GetDatum(limits->queue_seed),
+		BoolGetDatum(limits->has_queue_seed)
 	};
 
 	store_run("UPDATE seckill.campaigns SET user_rate = nullif($2, 0), user_burst = nullif($3, 0), "
 		"addr_rate = nullif($4, 0), addr_burst = nullif($5, 0), "
 		"max_in_flight = nullif($6, 0), token_required = $7, "
 		"token_ttl = pg_catalog.make_interval(secs => $8 / 1000000.0), "
-		"shards = CASE WHEN state = 'draft' THEN $9 ELSE shards END WHERE id = $1",
-		9, types, values, SPI_OK_UPDATE);
+		"shards = CASE WHEN state = 'draft' THEN $9 ELSE shards END, "
+		"queue = $10, queue_pass_ttl = pg_catalog.make_interval(secs => $11 / 1000000.0), "
+		"queue_admit_rate = nullif($12, 0), queue_admit_factor = $13, "
+		"queue_opens_before = pg_catalog.make_interval(secs => $14 / 1000000.0), "
+		"queue_seed = CASE WHEN $16 THEN $15 END WHERE id = $1",
+		16, types, values, SPI_OK_UPDATE);
 }
 
 /*

@@ -139,7 +139,7 @@ store_run(const char *sql, int nargs, Oid *types, Datum *values, int expected)
  * Statements run once per slice of long work, where parsing and planning
  * would cost as much as the work: planned once, by their text.
  */
-#define KEPT_PLANS 8
+#define KEPT_PLANS 16
 static struct
 {
 	char	   *sql;

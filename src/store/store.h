@@ -4,7 +4,8 @@
  *		seckill's side of PostgreSQL, the worker's and the backends': every
  *		statement against seckill's tables, and the look-ups of its tables
  *		and functions, one file a table (store.c: transactions; campaigns.c;
- *		orders.c, with the compensation log; fences.c).
+ *		orders.c, with the compensation log; fences.c; queue.c, the
+ *		waiting lines).
  *
  *-------------------------------------------------------------------------
  */
@@ -110,5 +111,26 @@ typedef struct SkOrderFate
 extern int64 store_held_order(int64 campaign_id, const char *user_id);
 extern bool store_order_fate(int64 campaign_id, const char *user_id, SkOrderFate *fate);
 extern void store_orders_flush(void);
+
+/* queue.c: the waiting lines */
+/* A buyer's place in a line, as a backend reads it. */
+typedef struct SkQueuePlace
+{
+	int64		ticket;			/* 0: none yet (joined before the start) */
+	TimestampTz admitted_at;	/* 0: not admitted */
+	bool		bought;			/* the user has an order in the campaign, of any status */
+	bool		holds_order;	/* ... that is not cancelled */
+} SkQueuePlace;
+
+extern void store_queue_line(int64 campaign_id, SeckillLine *line);
+extern void store_queue_line_now(int64 campaign_id, SeckillLine *line);
+extern int64 store_queue_join(int64 campaign_id, const char *user_id, int64 ticket,
+							  TimestampTz now, bool *joined);
+extern int64 store_queue_draw(int64 campaign_id, int64 after, int64 seed);
+extern void store_queue_capacity(int64 campaign_id, TimestampTz live_since,
+								 int64 *stock_left, int64 *live_passes);
+extern int64 store_queue_expired(int64 campaign_id, TimestampTz live_since);
+extern void store_queue_admit(int64 campaign_id, int64 after, int64 through, TimestampTz now);
+extern bool store_queue_place(int64 campaign_id, const char *user_id, SkQueuePlace *place);
 
 #endif							/* SECKILL_STORE_H */

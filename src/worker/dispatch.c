@@ -110,6 +110,8 @@ static const RequestKind request_kinds[] = {
 	[SK_REQ_BARRIER] = {answer_barrier, NO_REDIS, false, false, 1},
 	/* it checks the epoch and replays the journals itself */
 	[SK_REQ_EPOCH_CLAIM] = {answer_epoch_claim, NO_REDIS, false, false, 200},
+	/* no handler: a round's joins are served together, by sk_waiting_room_join() */
+	[SK_REQ_QUEUE_JOIN] = {NULL, NO_REDIS, false, false, 5},
 };
 
 /* When each kind last went over its budget unlogged, and how often since. */

@@ -55,6 +55,7 @@
 #include "worker/pacing.h"
 #include "worker/purchase.h"
 #include "worker/rebuild.h"
+#include "worker/waiting_room.h"
 
 PGDLLEXPORT void seckill_worker_main(Datum main_arg);
 
@@ -162,9 +163,10 @@ serve_round(int nitems, int nbuys)
 	/* releases first: a lock given back in this round can be taken in it */
 	sk_dispatch_locks(items, nitems, SK_REQ_UNLOCK);
 	sk_dispatch_locks(items, nitems, SK_REQ_LOCK);
+	sk_waiting_room_join(items, nitems);
 	for (int i = 0; i < nitems; i++)
 		if (items[i].request.kind != SK_REQ_BUY && items[i].request.kind != SK_REQ_LOCK &&
-			items[i].request.kind != SK_REQ_UNLOCK)
+			items[i].request.kind != SK_REQ_UNLOCK && items[i].request.kind != SK_REQ_QUEUE_JOIN)
 			sk_pacing_serve_or_hold(&items[i]);
 	seckill_flush_leader_wake();
 }
@@ -270,6 +272,9 @@ between_rounds(void)
 		sk_journal_retry_blocked();
 	if (sk_audit_wait() == 0)
 		sk_audit();
+	/* the waiting lines: draws, admissions */
+	if (sk_waiting_room_wait() == 0)
+		sk_waiting_room_tick();
 	return kept_due;
 }
 
@@ -327,9 +332,9 @@ wait_for_requests(long timeout_ms)
 
 /*
  * How long the idle worker may wait for requests (-1: no limit): until the
- * locks' watchdog, a kept lease, the audit or a blocked replay's retry is
- * due, and a second at most while a replay, updated SQL or Redis after
- * sales from PostgreSQL alone is awaited.
+ * locks' watchdog, a kept lease, the audit, a blocked replay's retry or the
+ * waiting lines' turn is due, and a second at most while a replay, updated
+ * SQL or Redis after sales from PostgreSQL alone is awaited.
  */
 static long
 idle_timeout(long kept_due)
@@ -346,6 +351,8 @@ idle_timeout(long kept_due)
 		due = due < 0 ? sk_audit_wait() + 1 : Min(due, sk_audit_wait() + 1);
 	if (sk_journal_retry_wait() >= 0)
 		due = due < 0 ? sk_journal_retry_wait() + 1 : Min(due, sk_journal_retry_wait() + 1);
+	if (sk_waiting_room_wait() >= 0)
+		due = due < 0 ? sk_waiting_room_wait() + 1 : Min(due, sk_waiting_room_wait() + 1);
 	return due;
 }
 
@@ -497,6 +504,7 @@ seckill_worker_main(Datum main_arg)
 
 	MemoryContextSwitchTo(round_cxt);
 
+	sk_waiting_room_start();
 	seckill_shared->database_id = MyDatabaseId;
 	seckill_shared->worker_pid = MyProcPid;
 	seckill_shared->fenced = false;	/* until its first Redis connection says otherwise */

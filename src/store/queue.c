@@ -1,0 +1,231 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue.c
+ *		seckill.queue_places and seckill.queue_lines: the campaigns' waiting
+ *		lines.  The worker gives the places, draws the early joins' order
+ *		and admits; backends read a buyer's place and, until the worker has
+ *		read it, a line.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "store/store.h"
+
+#include "catalog/pg_type.h"
+#include "store/sql.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+static int64
+int64_column(int row, int column, int64 if_null)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, column, &isnull);
+
+	return isnull ? if_null : DatumGetInt64(d);
+}
+
+#define LINE_QUERY \
+	"SELECT coalesce(l.admitted_through, 0), coalesce(l.drawn, false), " \
+	" (SELECT coalesce(pg_catalog.max(p.ticket), 0) FROM seckill.queue_places p WHERE p.campaign_id = $1), " \
+	" (SELECT pg_catalog.count(*) FROM seckill.queue_places p WHERE p.campaign_id = $1 AND p.ticket IS NULL) " \
+	"FROM (SELECT) x LEFT JOIN seckill.queue_lines l ON l.campaign_id = $1"
+
+static void
+line_from_result(SeckillLine *line)
+{
+	bool		isnull;
+
+	memset(line, 0, sizeof(SeckillLine));
+	line->admitted = int64_column(0, 1, 0);
+	line->drawn = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	line->last = int64_column(0, 3, 0);
+	line->early = int64_column(0, 4, 0);
+}
+
+/* Inside a transaction: the campaign's line as PostgreSQL holds it. */
+void
+store_queue_line(int64 campaign_id, SeckillLine *line)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(campaign_id)};
+
+	store_run_kept(LINE_QUERY, 1, types, values, SPI_OK_SELECT);
+	line_from_result(line);
+}
+
+/* In a backend, with its privileges: the same, before the worker has read it. */
+void
+store_queue_line_now(int64 campaign_id, SeckillLine *line)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(campaign_id)};
+	int			level = store_backend_spi_begin();
+
+	if (plan == NULL)
+		plan = store_prepare(LINE_QUERY, 1, types);
+	if (SPI_execute_plan(plan, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "reading seckill.queue_lines failed");
+	line_from_result(line);
+	store_backend_spi_end(level);
+}
+
+/*
+ * Inside a transaction: give the user a place in the campaign's line, with
+ * this ticket (0: none yet, a join before the start), unless the user has
+ * one.  The user's ticket (0: none yet); *joined when the place is new.
+ */
+int64
+store_queue_join(int64 campaign_id, const char *user_id, int64 ticket, TimestampTz now,
+				 bool *joined)
+{
+	Oid			types[4] = {INT8OID, TEXTOID, INT8OID, TIMESTAMPTZOID};
+	Datum		values[4] = {Int64GetDatum(campaign_id), CStringGetTextDatum(user_id),
+	Int64GetDatum(ticket), TimestampTzGetDatum(now)};
+
+	store_run_kept("INSERT INTO seckill.queue_places (campaign_id, user_id, ticket, joined_at) "
+				   "VALUES ($1, $2, nullif($3, 0), $4) ON CONFLICT (campaign_id, user_id) DO NOTHING "
+				   "RETURNING coalesce(ticket, 0)",
+				   4, types, values, SPI_OK_INSERT_RETURNING);
+	*joined = SPI_processed == 1;
+	if (*joined)
+		return int64_column(0, 1, 0);
+	store_run_kept("SELECT coalesce(ticket, 0) FROM seckill.queue_places "
+				   "WHERE campaign_id = $1 AND user_id = $2",
+				   2, types, values, SPI_OK_SELECT);
+	if (SPI_processed != 1)
+		elog(ERROR, "the place of user \"%s\" in the line of campaign " INT64_FORMAT " vanished",
+			 user_id, campaign_id);
+	return int64_column(0, 1, 0);
+}
+
+/*
+ * Inside a transaction: the draw.  The early joins of the campaign get the
+ * tickets after "after", in the order of hashtextextended(user_id, seed),
+ * and the line is marked drawn with its seed.  The number of tickets given.
+ */
+int64
+store_queue_draw(int64 campaign_id, int64 after, int64 seed)
+{
+	Oid			types[3] = {INT8OID, INT8OID, INT8OID};
+	Datum		values[3] = {Int64GetDatum(campaign_id), Int64GetDatum(after), Int64GetDatum(seed)};
+	int64		drawn;
+
+	store_run("UPDATE seckill.queue_places p SET ticket = $2 + d.n "
+			  "FROM (SELECT user_id, pg_catalog.row_number() OVER "
+			  "       (ORDER BY pg_catalog.hashtextextended(user_id, $3), user_id) AS n "
+			  "      FROM seckill.queue_places WHERE campaign_id = $1 AND ticket IS NULL) d "
+			  "WHERE p.campaign_id = $1 AND p.user_id = d.user_id",
+			  3, types, values, SPI_OK_UPDATE);
+	drawn = (int64) SPI_processed;
+	store_run("INSERT INTO seckill.queue_lines (campaign_id, drawn, seed) VALUES ($1, true, $3) "
+			  "ON CONFLICT (campaign_id) DO UPDATE SET drawn = true, seed = $3",
+			  3, types, values, SPI_OK_INSERT);
+	return drawn;
+}
+
+/*
+ * Inside a transaction: what bounds the next admission of the campaign's
+ * line.  The stock PostgreSQL has not sold, and the passes still valid
+ * (given since live_since) whose holders have not bought.
+ */
+void
+store_queue_capacity(int64 campaign_id, TimestampTz live_since, int64 *stock_left,
+					 int64 *live_passes)
+{
+	Oid			types[2] = {INT8OID, TIMESTAMPTZOID};
+	Datum		values[2] = {Int64GetDatum(campaign_id), TimestampTzGetDatum(live_since)};
+
+	store_run_kept("SELECT c.total_stock - c.sold, "
+				   " (SELECT pg_catalog.count(*) FROM seckill.queue_places p "
+				   "  WHERE p.campaign_id = $1 AND p.admitted_at > $2 "
+				   "  AND NOT EXISTS (SELECT FROM seckill.orders o "
+				   "                  WHERE o.campaign_id = $1 AND o.user_id = p.user_id)) "
+				   "FROM seckill.campaigns c WHERE c.id = $1",
+				   2, types, values, SPI_OK_SELECT);
+	*stock_left = SPI_processed == 1 ? int64_column(0, 1, 0) : 0;
+	*live_passes = SPI_processed == 1 ? int64_column(0, 2, 0) : 0;
+}
+
+/*
+ * Inside a transaction: the passes that ran out unused (given before
+ * live_since, their holders never bought).
+ */
+int64
+store_queue_expired(int64 campaign_id, TimestampTz live_since)
+{
+	Oid			types[2] = {INT8OID, TIMESTAMPTZOID};
+	Datum		values[2] = {Int64GetDatum(campaign_id), TimestampTzGetDatum(live_since)};
+
+	store_run_kept("SELECT pg_catalog.count(*) FROM seckill.queue_places p "
+				   "WHERE p.campaign_id = $1 AND p.admitted_at <= $2 "
+				   "AND NOT EXISTS (SELECT FROM seckill.orders o "
+				   "                WHERE o.campaign_id = $1 AND o.user_id = p.user_id)",
+				   2, types, values, SPI_OK_SELECT);
+	return int64_column(0, 1, 0);
+}
+
+/*
+ * Inside a transaction: admit the tickets after "after" up to "through" of
+ * the campaign's line, now.
+ */
+void
+store_queue_admit(int64 campaign_id, int64 after, int64 through, TimestampTz now)
+{
+	Oid			types[4] = {INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID};
+	Datum		values[4] = {Int64GetDatum(campaign_id), Int64GetDatum(after),
+	Int64GetDatum(through), TimestampTzGetDatum(now)};
+
+	store_run_kept("UPDATE seckill.queue_places SET admitted_at = $4 "
+				   "WHERE campaign_id = $1 AND ticket > $2 AND ticket <= $3 AND admitted_at IS NULL",
+				   4, types, values, SPI_OK_UPDATE);
+	store_run_kept("INSERT INTO seckill.queue_lines (campaign_id, admitted_through) VALUES ($1, $3) "
+				   "ON CONFLICT (campaign_id) DO UPDATE SET admitted_through = $3 "
+				   "WHERE seckill.queue_lines.admitted_through = $2",
+				   4, types, values, SPI_OK_INSERT);
+	if (SPI_processed != 1)
+		elog(ERROR, "the line of campaign " INT64_FORMAT " moved past ticket " INT64_FORMAT " meanwhile",
+			 campaign_id, after);
+}
+
+/*
+ * In a backend, with its privileges: the user's place in the campaign's
+ * line; false when the user has none.
+ */
+bool
+store_queue_place(int64 campaign_id, const char *user_id, SkQueuePlace *place)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[2] = {INT8OID, TEXTOID};
+	Datum		values[2] = {Int64GetDatum(campaign_id), CStringGetTextDatum(user_id)};
+	int			level = store_backend_spi_begin();
+	bool		found;
+
+	if (plan == NULL)
+		plan = store_prepare("SELECT coalesce(p.ticket, 0), p.admitted_at, "
+							 " EXISTS (SELECT FROM seckill.orders o "
+							 "         WHERE o.campaign_id = $1 AND o.user_id = $2), "
+							 " EXISTS (SELECT FROM seckill.orders o "
+							 "         WHERE o.campaign_id = $1 AND o.user_id = $2 AND o.status <> 'cancelled') "
+							 "FROM seckill.queue_places p WHERE p.campaign_id = $1 AND p.user_id = $2",
+							 2, types);
+	if (SPI_execute_plan(plan, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "reading seckill.queue_places failed");
+	found = SPI_processed == 1;
+	memset(place, 0, sizeof(SkQueuePlace));
+	if (found)
+	{
+		bool		isnull;
+		HeapTuple	tuple = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		Datum		at;
+
+		place->ticket = int64_column(0, 1, 0);
+		at = SPI_getbinval(tuple, desc, 2, &isnull);
+		place->admitted_at = isnull ? 0 : DatumGetTimestampTz(at);
+		place->bought = DatumGetBool(SPI_getbinval(tuple, desc, 3, &isnull));
+		place->holds_order = DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull));
+	}
+	store_backend_spi_end(level);
+	return found;
+}

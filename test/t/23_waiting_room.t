@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# The waiting room (seckill_queue_join, seckill_queue_status, and the pass
+# seckill_buy asks for): joins before the start ordered by a draw that its
+# seed fixes, each joined user exactly once; later joins in the order they
+# came, also under concurrent load; admission from the head of the line,
+# only as many as the stock can serve, stopping at sell-out and resuming on
+# a cancel; a pass used twice, an expired pass, a buyer without one; a
+# worker restart and a Redis restart mid-line (no place lost, nobody
+# admitted out of order); one campaign's line apart from another's; the
+# figures in seckill.stats.
+set -uo pipefail
+# shellcheck source=test/t/tap.sh
+. "$(dirname "$0")/tap.sh"
+
+tag="$(date +%s)-$$"
+room="room-$tag"
+other="other-$tag"
+psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
+join() { psql_val "SELECT concat_ws('|', state, coalesce(\"position\"::text, ''), coalesce(ticket::text, '')) FROM seckill_queue_join('$1', '$2')"; }
+status() { psql_val "SELECT state FROM seckill_queue_status('$1', '$2')"; }
+buy() { psql_val "SELECT concat_ws('|', status, order_id) FROM seckill_buy('$1', '$2')"; }
+mark() { psql_val "SELECT coalesce((SELECT admitted_through FROM seckill.queue_lines l JOIN seckill.campaigns c
+	ON c.id = l.campaign_id WHERE c.goods = '$1'), 0)"; }
+# in_order goods: the admitted places are exactly the tickets up to the line's mark
+in_order() {
+	[ "$(psql_val "SELECT count(*) FILTER (WHERE (p.admitted_at IS NOT NULL) <> (p.ticket <= l.admitted_through)) = 0
+		AND count(*) FILTER (WHERE p.admitted_at IS NOT NULL) = l.admitted_through
+		FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id
+		JOIN seckill.queue_lines l ON l.campaign_id = c.id WHERE c.goods = '$1' GROUP BY l.admitted_through")" = t ]
+}
+isnt() { ok "[ \"$1\" != \"$2\" ]" "$3"; }
+# watch_turns: three of the worker's turns at the lines (one each 200 ms)
+watch_turns() { psql_val "SELECT pg_sleep(0.6)" >/dev/null; }
+# user_of goods ticket
+user_of() { psql_val "SELECT p.user_id FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id
+	WHERE c.goods = '$1' AND p.ticket = $2"; }
+
+# A campaign of 5 items whose line opens two hours before its start; at most
+# 1 pass out per item left, each valid a minute.
+psql_val "SELECT seckill_campaign_create('$room', 5, now() + interval '1 hour', now() + interval '3 hours')" >/dev/null
+is "$(psql_val "SELECT seckill_campaign_set('$room', '{\"queue\": {\"pass_ttl\": \"1 minute\", \"admit_factor\": 1,
+	\"opens_before\": \"2 hours\", \"seed\": 42}}')->'queue'->>'seed'")" 42 \
+	"the waiting room turned on, with the draw's seed"
+is "$(psql_val "SELECT seckill_preheat('$room')")" 5 "preheated"
+
+# before the start: places without a number, the same one on a second join
+for i in $(seq 1 30); do join "early-$i" "$room" >/dev/null; done
+is "$(join early-7 "$room")" "waiting||" "a join before the start waits without a position or a ticket"
+is "$(join early-7 "$room")" "waiting||" "a second join answers the same place"
+is "$(psql_val "SELECT count(*) FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id
+	WHERE c.goods = '$room' AND p.ticket IS NULL")" 30 "30 early places, none numbered yet"
+is "$(buy early-1 "$room")" not_started "a purchase before the start: not_started"
+seckill_wait_for "[ \"\$(psql_val \"SELECT seckill_storefront_json('$room')::jsonb->>'queue_length'\")\" = 30 ]" 5
+ok "[ $? -eq 0 ]" "the storefront shows the line's length: 30"
+
+# the start, brought forward to now by the DBA (and the campaign preheated again)
+psql_val "UPDATE seckill.campaigns SET starts_at = now() WHERE goods = '$room'" >/dev/null
+is "$(psql_val "SELECT seckill_preheat('$room')")" 5 "the start brought forward to now"
+seckill_wait_for "[ \"\$(psql_val \"SELECT l.drawn FROM seckill.queue_lines l JOIN seckill.campaigns c ON c.id = l.campaign_id WHERE c.goods = '$room'\")\" = t ]" 15
+ok "[ $? -eq 0 ]" "the early joins drawn at the start"
+drawn=$(psql_val "SELECT string_agg(p.user_id, ',' ORDER BY p.ticket) FROM seckill.queue_places p
+	JOIN seckill.campaigns c ON c.id = p.campaign_id WHERE c.goods = '$room'")
+is "$drawn" "$(psql_val "SELECT string_agg(u, ',' ORDER BY hashtextextended(u, 42), u) FROM
+	(SELECT 'early-' || i AS u FROM generate_series(1, 30) i) x")" "the draw's order is the one its seed fixes"
+isnt "$drawn" "$(seq -f 'early-%g' -s, 1 30)" "and not the order of arrival"
+is "$(psql_val "SELECT count(DISTINCT p.ticket) || ' ' || min(p.ticket) || ' ' || max(p.ticket) || ' ' || count(*)
+	FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id WHERE c.goods = '$room'")" \
+	"30 1 30 30" "each early join has exactly one ticket of 1..30"
+
+# after the start: the order of arrival
+for i in $(seq 1 5); do
+	is "$(join "late-$i" "$room" | cut -d'|' -f3)" $((30 + i)) "late-$i joins with ticket $((30 + i))"
+done
+
+# admission: 1 pass per item left, from the head of the line
+seckill_wait_for "[ \$(mark '$room') -ge 5 ]" 10
+ok "[ $? -eq 0 ]" "the line admits from its head"
+is "$(mark "$room")" 5 "as many as the 5 items left, no more"
+ok "in_order '$room'" "the admitted places are exactly tickets 1..5"
+first=$(user_of "$room" 1)
+sixth=$(user_of "$room" 6)
+is "$(psql_val "SELECT state || ' ' || (admitted_until > now()) FROM seckill_queue_status('$first', '$room')")" "admitted true" \
+	"ticket 1 is admitted, with a pass valid until a time to come"
+is "$(psql_val "SELECT concat_ws(' ', state, \"position\") FROM seckill_queue_status('$sixth', '$room')")" "waiting 1" \
+	"ticket 6 waits, first in line"
+is "$(buy "$sixth" "$room")" not_admitted "a buyer still in line: not_admitted"
+is "$(buy stranger "$room")" not_admitted "a buyer who never joined: not_admitted"
+is "$(status stranger "$room")" not_joined "and its status says not_joined"
+
+# a pass serves one purchase
+order=$(buy "$first" "$room")
+is "${order%%|*}" ok "ticket 1 buys with its pass"
+is "$(buy "$first" "$room")" "duplicate|${order#*|}" "a second purchase with the same pass: duplicate, the same order"
+is "$(status "$first" "$room")" used "its status: used"
+
+# a pass that ran out (given an hour ago): the line moves on, in order
+second=$(user_of "$room" 2)
+psql_val "UPDATE seckill.queue_places p SET admitted_at = admitted_at - interval '1 hour'
+	FROM seckill.campaigns c WHERE c.id = p.campaign_id AND c.goods = '$room' AND p.ticket = 2" >/dev/null
+is "$(status "$second" "$room")" expired "ticket 2's pass ran out unused: expired"
+is "$(buy "$second" "$room")" not_admitted "an expired pass buys nothing"
+seckill_wait_for "[ \$(mark '$room') -ge 6 ]" 10
+ok "[ $? -eq 0 ]" "its item goes to the next in line (ticket 6)"
+
+# the rest buy as they are admitted, until the stock is gone
+bought=1
+for t in $(seq 3 35); do
+	u=$(user_of "$room" "$t")
+	seckill_wait_for "s=\$(status '$u' '$room'); [ \"\$s\" != waiting ]" 15 || break
+	s=$(status "$u" "$room")
+	[ "$s" = expired ] && continue
+	[ "$s" = admitted ] || break
+	r=$(buy "$u" "$room")
+	[ "${r%%|*}" = ok ] && bought=$((bought + 1))
+	[ $bought -eq 5 ] && break
+done
+is "$bought" 5 "5 admitted buyers bought the 5 items"
+ok "in_order '$room'" "every admission so far followed the line"
+is "$(psql_val "SELECT count(*) FROM seckill.orders o JOIN seckill.campaigns c ON c.id = o.campaign_id
+	WHERE c.goods = '$room' AND NOT EXISTS (SELECT FROM seckill.queue_places p WHERE p.campaign_id = o.campaign_id
+	AND p.user_id = o.user_id AND p.admitted_at IS NOT NULL AND p.admitted_at <= o.created_at)")" 0 \
+	"every order was bought with a pass given before it"
+last=$(user_of "$room" 35)
+seckill_wait_for "[ \"\$(status '$last' '$room')\" = sold_out ]" 10
+ok "[ $? -eq 0 ]" "sold out: the last in line reads sold_out at once"
+held=$(mark "$room")
+watch_turns
+is "$(mark "$room")" "$held" "nobody is admitted while the campaign is sold out"
+
+# a cancel gives an item back: the next in line is admitted
+next=$(user_of "$room" $((held + 1)))
+oid=$(psql_val "SELECT o.id FROM seckill.orders o JOIN seckill.campaigns c ON c.id = o.campaign_id
+	WHERE c.goods = '$room' ORDER BY o.id LIMIT 1")
+psql_val "SELECT seckill_cancel($oid)" >/dev/null
+seckill_wait_for "[ \"\$(status '$next' '$room')\" = admitted ]" 10
+ok "[ $? -eq 0 ]" "after a cancel the next in line (ticket $((held + 1))) is admitted"
+is "$(buy "$next" "$room" | cut -d'|' -f1)" ok "and buys the item given back"
+
+# a worker restart and a Redis restart mid-line lose no place
+before=$(psql_val "SELECT string_agg(p.user_id || ':' || p.ticket || ':' || (p.admitted_at IS NOT NULL), ',' ORDER BY p.ticket)
+	FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id WHERE c.goods = '$room'")
+pid=$(seckill_worker_pid)
+psql_val "SELECT pg_terminate_backend($pid)" >/dev/null
+seckill_wait_for "p=\$(seckill_worker_pid); [ -n \"\$p\" ] && [ \"\$p\" != $pid ]" 20
+ok "[ $? -eq 0 ]" "the worker restarted"
+seckill_redis_restart_empty
+ok "[ $? -eq 0 ]" "Redis restarted empty"
+is "$(join "late-6" "$room" | cut -d'|' -f3)" 36 "the next join takes the next ticket (36)"
+is "$(join "late-2" "$room" | cut -d'|' -f3)" 32 "a buyer who joined before the restarts keeps ticket 32"
+is "$(psql_val "SELECT string_agg(p.user_id || ':' || p.ticket || ':' || (p.admitted_at IS NOT NULL), ',' ORDER BY p.ticket)
+	FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id WHERE c.goods = '$room' AND p.ticket < 36")" \
+	"$before" "every place and admission is as it was"
+ok "in_order '$room'" "and the admissions still follow the line"
+
+# two lines apart: a place in one is no pass in the other
+psql_val "SELECT seckill_campaign_create('$other', 3)" >/dev/null
+psql_val "SELECT seckill_campaign_set('$other', '{\"queue\": true}')" >/dev/null
+psql_val "SELECT seckill_preheat('$other')" >/dev/null
+is "$(status "$first" "$other")" not_joined "a buyer of one line has no place in the other"
+is "$(buy "$next" "$other")" not_admitted "nor a pass there"
+is "$(join "$first" "$other" | cut -d'|' -f3)" 1 "the other line numbers its own places from 1"
+seckill_wait_for "[ \"\$(status '$first' '$other')\" = admitted ]" 10
+ok "[ $? -eq 0 ]" "and admits from its own head"
+is "$(buy "$first" "$other" | cut -d'|' -f1)" ok "where the buyer buys"
+
+# many joins at once: one place each, numbered in the order of commit, no gap
+cat >"$SECKILL_TMP/join.sql" <<SQL
+\set u random(1, 400)
+SELECT * FROM seckill_queue_join('crowd-' || :u, '$other');
+SQL
+pgbench -n -M prepared -c 8 -j 2 -t 200 -f "$SECKILL_TMP/join.sql" >"$SECKILL_TMP/join.out" 2>&1
+ok "[ $? -eq 0 ]" "1,600 joins from 8 clients at once"
+is "$(psql_val "SELECT count(*) = max(ticket) AND count(DISTINCT ticket) = count(*) AND count(DISTINCT user_id) = count(*)
+	FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id WHERE c.goods = '$other'")" t \
+	"one place per buyer, one buyer per place, numbered without a gap"
+is "$(psql_val "SELECT bool_and(joined_at >= prev) FROM (SELECT joined_at, lag(joined_at) OVER (ORDER BY ticket) AS prev
+	FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id WHERE c.goods = '$other') x
+	WHERE prev IS NOT NULL")" t "tickets follow the order of the joins"
+
+# browsers as examples/python/waiting_room.py runs them: 80 buyers polling
+# every 0.2 s for 20 items; the first 20 in line buy, the rest read sold_out
+crowd="crowd-$tag"
+psql_val "SELECT seckill_campaign_create('$crowd', 20)" >/dev/null
+psql_val "SELECT seckill_campaign_set('$crowd', '{\"queue\": {\"admit_factor\": 1, \"pass_ttl\": \"1 minute\"}}')" >/dev/null
+psql_val "SELECT seckill_preheat('$crowd')" >/dev/null
+DATABASE_URL="postgresql://postgres@127.0.0.1:$PGPORT/postgres" timeout 120 \
+	/usr/bin/python3 "$SECKILL_ROOT/examples/python/waiting_room.py" "$crowd" 1 80 0.2 >"$SECKILL_TMP/crowd.out" 2>&1
+ok "[ $? -eq 0 ]" "80 browsers joined, polled and bought or gave up"
+is "$(awk '{ print $2 }' "$SECKILL_TMP/crowd.out" | sort | uniq -c | awk '{ printf "%s:%s ", $2, $1 }')" "ok:20 sold_out:60 " \
+	"20 bought, 60 read sold_out"
+is "$(psql_val "SELECT max(p.ticket) FILTER (WHERE o.id IS NOT NULL) || ' ' || min(p.ticket) FILTER (WHERE o.id IS NULL)
+	FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id
+	LEFT JOIN seckill.orders o ON o.campaign_id = p.campaign_id AND o.user_id = p.user_id WHERE c.goods = '$crowd'")" "20 21" \
+	"the buyers are the first 20 in line, whatever the clients' timing"
+
+# the figures
+is "$(psql_val "SELECT not_admitted >= 3 AND queue_admitted = $(mark "$room") AND queue_expired >= 1 AND queue_length >= 1
+	FROM seckill.stats s JOIN seckill.campaigns c ON c.id = s.campaign_id WHERE c.goods = '$room'")" t \
+	"seckill.stats: not_admitted, the line's length, admissions and expired passes"
+
+# bad input changes nothing
+ok "! psql_val \"SELECT seckill_queue_join(NULL, '$room')\" 2>/dev/null" "a null user_id is an error"
+psql_val "SELECT seckill_campaign_create('plain-$tag', 1)" >/dev/null
+err=$(psql_val "SELECT seckill_queue_join('u', 'plain-$tag')" 2>&1)
+ok "grep -q 'has no waiting room' <<<\"\$err\"" "a campaign without a waiting room says so"
+is "$(status u "no-such-goods-$tag")" unknown_goods "unknown goods: unknown_goods"
+
+for g in "$room" "$other" "$crowd" "plain-$tag"; do psql_val "SELECT seckill_close('$g')" >/dev/null 2>&1; done
+done_testing

@@ -20,6 +20,12 @@
 #   4s stock split into 8 shards (while every shard has stock)
 #   4c the same on a Redis Cluster of three masters of our own (last, after
 #      the soak: the worker is moved to the cluster and back)
+# and the waiting room:
+#   1n seckill_queue_status of a campaign whose line is not open yet: the
+#      same call, answered before it does anything (the control)
+#   1q seckill_queue_status of a buyer waiting in a line of 100,000
+#   5j seckill_queue_join, a new buyer each call (against row 5, the
+#      sold-out answer)
 # and the distributed locks against PostgreSQL's own, each client its own name:
 #   7a seckill_lock + seckill_unlock
 #   7b pg_advisory_lock + pg_advisory_unlock
@@ -112,9 +118,32 @@ SELECT seckill_campaign_set('$sharded', '{"shards": 8}');
 SELECT seckill_campaign_create('$clustered', 2000000000);
 SELECT seckill_campaign_set('$clustered', '{"shards": 8}');
 SQL
-for g in "$big" "$gone" "$rate" "$tok" "$sharded"; do
+# The waiting room: a line of 100,000 buyers written in SQL before the
+# preheat (the worker reads it then; the first 2,000 are admitted, 2 passes
+# per item), a line not open yet, and a line to join.
+line=bench-line-$run_id
+later=bench-later-$run_id
+joins=bench-joins-$run_id
+psql_q <<SQL >/dev/null
+SELECT seckill_campaign_create('$line', 1000);
+SELECT seckill_campaign_set('$line', '{"queue": {"pass_ttl": "1 day"}}');
+INSERT INTO seckill.queue_places (campaign_id, user_id, ticket, joined_at)
+SELECT c.id, 'w' || i, i, now() FROM seckill.campaigns c, generate_series(1, 100000) i WHERE c.goods = '$line';
+INSERT INTO seckill.queue_lines (campaign_id, drawn) SELECT id, true FROM seckill.campaigns WHERE goods = '$line';
+SELECT seckill_campaign_create('$later', 1000, now() + interval '1 day');
+SELECT seckill_campaign_set('$later', '{"queue": true}');
+SELECT seckill_campaign_create('$joins', 1000);
+SELECT seckill_campaign_set('$joins', '{"queue": true}');
+DO \$\$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'bench_poller') THEN CREATE ROLE bench_poller; END IF; END \$\$;
+GRANT EXECUTE ON FUNCTION seckill_queue_status(text, text) TO bench_poller;
+SQL
+for g in "$big" "$gone" "$rate" "$tok" "$sharded" "$line" "$later" "$joins"; do
 	psql_q -c "SELECT seckill_preheat('$g')" >/dev/null
 done
+# the line's tickets are in shared memory once a role that cannot read
+# seckill.queue_places is told where its last buyer stands
+seckill_wait_for "[ \"\$(psql_q -c 'SET ROLE bench_poller' -c \"SELECT state FROM seckill_queue_status('w100000', '$line')\" 2>/dev/null)\" = waiting ]" 30 ||
+	exit 1
 psql_q -c "SELECT seckill_buy('first-and-last', '$gone')" >/dev/null
 
 cat >"$work/select1.sql" <<'SQL'
@@ -129,6 +158,18 @@ SELECT state, starts_in, remaining FROM seckill_storefront('$big');
 SQL
 cat >"$work/storefront_json.sql" <<SQL
 SELECT seckill_storefront_json('$big');
+SQL
+cat >"$work/queue_later.sql" <<SQL
+\set u random(2001, 100000)
+SELECT state FROM seckill_queue_status('w' || :u, '$later');
+SQL
+cat >"$work/queue_status.sql" <<SQL
+\set u random(2001, 100000)
+SELECT state FROM seckill_queue_status('w' || :u, '$line');
+SQL
+cat >"$work/queue_join.sql" <<SQL
+\set u random(1, 1000000000000000000)
+SELECT state FROM seckill_queue_join('j' || :u, '$joins');
 SQL
 cat >"$work/naive.sql" <<'SQL'
 \set u random(1, 1000000000000000000)
@@ -269,6 +310,7 @@ for c in $clients; do
 	cell 4t on "$c" token.sql
 	cell 4s on "$c" shards.sql
 	cell 5 on "$c" soldout.sql
+	cell 5j on "$c" queue_join.sql
 done
 read -r p1 r1 t1 c1 <<<"$(counters)"
 # storefront reads while a sale runs: 4 buyers all along the four cells
@@ -284,6 +326,10 @@ done
 # TERM: a command started with & in a script ignores SIGINT
 kill -TERM "$sale" 2>/dev/null
 wait "$sale" || true
+for c in $clients; do
+	cell 1n on "$c" queue_later.sql
+	cell 1q on "$c" queue_status.sql
+done
 for c in $clients; do
 	cell 7a on "$c" lock.sql
 	cell 7b on "$c" advisory.sql
@@ -482,6 +528,13 @@ purchases=$((p1 - p0))
 	echo "|---|---|---:|---:|---:|---:|---:|"
 	table "1s 1f 1g 1j" "SELECT 1;seckill.storefront;seckill_storefront();seckill_storefront_json()" "1s" 0
 	echo
+	echo "The waiting room: a poll of a buyer waiting in a line of 100,000, against the same call answered"
+	echo "before it does anything (the line not open yet) and SELECT 1; a join, against the sold-out answer:"
+	echo
+	echo "| row | call | clients | calls/s | p50 ms | p99 ms | × row 1n | × row 1 | × row 5 |"
+	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+	table "1n 1q 5j" "seckill_queue_status, line not open;seckill_queue_status, waiting;seckill_queue_join, new buyer" "1n 1 5" 0
+	echo
 	echo "What each traffic feature costs a purchase (row 4 on a campaign with it):"
 	echo
 	echo "| row | feature | clients | calls/s | p50 ms | p99 ms | × row 4 |"
@@ -534,7 +587,7 @@ purchases=$((p1 - p0))
 	echo
 	echo "| row | clients | calls/s | worker | Redis | pgbench | the rest | all | all, × row 1 | idle | stolen | calls/s, cores busy | switches |"
 	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-	awk -v clients="$clients $bouncer_clients" -v rows="1 1s 1f 1g 1j 2 3 4 4r 4t 4s 4c 5 7a 7b 7c 7d 7e 7f 7g 7h 2p 4p" -v cores="$(nproc)" '
+	awk -v clients="$clients $bouncer_clients" -v rows="1 1s 1f 1g 1j 1n 1q 2 3 4 4r 4t 4s 4c 5 5j 7a 7b 7c 7d 7e 7f 7g 7h 2p 4p" -v cores="$(nproc)" '
 		BEGIN { n = split(clients, cl, " "); nr = split(rows, row, " ") }
 		$2 == "on" { k = $1 " " $3; seen[k] = 1; calls[k] = $4; w[k] = $5; r[k] = $6; p[k] = $7; x[k] = $8; i[k] = $9; s[k] = $10; sw[k] = $11 }
 		END {
@@ -597,6 +650,8 @@ awk '
 			target("row 4r >= 0.9x row 4 at 32 clients (" sprintf("%.2fx", t["4r on 32"] / t["4 on 32"]) ")", t["4r on 32"] >= 0.9 * t["4 on 32"])
 			target("row 4t >= 0.9x row 4 at 32 clients (" sprintf("%.2fx", t["4t on 32"] / t["4 on 32"]) ")", t["4t on 32"] >= 0.9 * t["4 on 32"])
 			target("row 1j >= 0.9x row 1s at 32 clients (" sprintf("%.2fx", t["1j on 32"] / t["1s on 32"]) ")", t["1j on 32"] >= 0.9 * t["1s on 32"])
+			target("row 1q >= 0.95x row 1n at 32 clients (" sprintf("%.2fx", t["1q on 32"] / t["1n on 32"]) ")", t["1q on 32"] >= 0.95 * t["1n on 32"])
+			target("row 5j >= 0.5x row 5 at 32 clients (" sprintf("%.2fx", t["5j on 32"] / t["5 on 32"]) ")", t["5j on 32"] >= 0.5 * t["5 on 32"])
 		}
 		if (("4 on 128") in t)
 			target("row 4 >= 15x row 2 at 128 clients (" sprintf("%.1fx", t["4 on 128"] / t["2 on 128"]) ")", t["4 on 128"] >= 15 * t["2 on 128"])

@@ -32,9 +32,11 @@ COMMENT ON COLUMN seckill.campaigns.queue_seed IS
 
 -- A buyer's place in a campaign's line: one per buyer (the primary key), one
 -- buyer per place (the unique ticket).  Tickets count 1, 2, 3... in the
--- order of admission; a join before the start has none until the draw.
+-- order of admission; a join before the start has none until the draw.  No
+-- foreign key: its check would lock the campaign's row for every join (the
+-- worker writes places of preheated campaigns only).
 CREATE TABLE seckill.queue_places (
-	campaign_id bigint NOT NULL REFERENCES seckill.campaigns (id),
+	campaign_id bigint NOT NULL,
 	user_id text NOT NULL CHECK (octet_length(user_id) BETWEEN 1 AND 128),
 	ticket bigint CHECK (ticket >= 1),
 	joined_at timestamptz NOT NULL,

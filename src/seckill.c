@@ -15,6 +15,7 @@
 #include "shared/call.h"
 #include "shared/campaign_cache.h"
 #include "shared/lock_table.h"
+#include "shared/queue_tickets.h"
 #include "shared/redis_nodes.h"
 #include "shared/shmem.h"
 #include "shared/stats.h"
@@ -53,6 +54,7 @@ _PG_init(void)
 	MarkGUCPrefixReserved("seckill");
 	seckill_call_register();
 	seckill_campaign_cache_register();
+	seckill_tickets_register();
 	seckill_stats_register();
 	seckill_lock_table_register();
 	seckill_redis_nodes_register();

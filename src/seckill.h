@@ -120,6 +120,7 @@ extern int	seckill_audit_interval;
 extern int	seckill_batch_size;
 extern int	seckill_max_queue;
 extern int	seckill_max_campaigns;
+extern int	seckill_queue_tickets;
 extern int	seckill_lock_lease;
 extern int	seckill_max_locks;
 extern int	seckill_lock_max_hold;

@@ -34,6 +34,7 @@ int			seckill_audit_interval = 1000;
 int			seckill_batch_size = 1000;
 int			seckill_max_queue = 0;
 int			seckill_max_campaigns = 64;
+int			seckill_queue_tickets = 1048576;
 int			seckill_lock_lease = 30000;
 int			seckill_worker_lock_timeout = 100;
 int			seckill_worker_statement_timeout = 10000;
@@ -220,6 +221,11 @@ seckill_define_gucs(void)
 	DefineCustomIntVariable("seckill.max_campaigns",
 							"Most campaigns preheated at once.",
 							NULL, &seckill_max_campaigns, 64, 1, 10000,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("seckill.queue_tickets",
+							"Buyers in waiting lines whose tickets shared memory keeps, so that their polls read no table.",
+							"16 bytes each.  A buyer past them is read from seckill.queue_places; 0 keeps none.",
+							&seckill_queue_tickets, 1048576, 0, 64 * 1048576,
 							PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("seckill.lock_lease",
 							"Lease of the Redis lock the worker holds over a campaign's admin work.",

@@ -11,9 +11,11 @@
 #include "shared/call.h"
 #include "shared/campaign_cache.h"
 
+#include "access/tupdesc.h"
 #include "fmgr.h"
 
 extern char *seckill_id_arg(FunctionCallInfo fcinfo, int argno, const char *name, int maxlen);
+extern TupleDesc seckill_result_desc(FunctionCallInfo fcinfo);
 extern int64 seckill_open_campaign_id(const char *goods);
 extern SeckillReply seckill_call_checked(SeckillRequestKind kind, int64 campaign_id,
 										 const char *user_id, int qty);

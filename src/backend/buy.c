@@ -29,23 +29,6 @@
 PG_FUNCTION_INFO_V1(seckill_buy);
 PG_FUNCTION_INFO_V1(seckill_order);
 
-/* The result row type, blessed once per call site (this is the hot path). */
-static TupleDesc
-result_desc(FunctionCallInfo fcinfo)
-{
-	if (fcinfo->flinfo->fn_extra == NULL)
-	{
-		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
-		TupleDesc	desc;
-
-		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-			elog(ERROR, "return type must be a row type");
-		fcinfo->flinfo->fn_extra = BlessTupleDesc(CreateTupleDescCopy(desc));
-		MemoryContextSwitchTo(old);
-	}
-	return (TupleDesc) fcinfo->flinfo->fn_extra;
-}
-
 static Datum
 buy_result(FunctionCallInfo fcinfo, SeckillStatus status, int64 order_id)
 {
@@ -54,7 +37,7 @@ buy_result(FunctionCallInfo fcinfo, SeckillStatus status, int64 order_id)
 
 	values[0] = CStringGetTextDatum(seckill_status_name(status));
 	values[1] = Int64GetDatum(order_id);
-	return HeapTupleGetDatum(heap_form_tuple(result_desc(fcinfo), values, nulls));
+	return HeapTupleGetDatum(heap_form_tuple(seckill_result_desc(fcinfo), values, nulls));
 }
 
 static void

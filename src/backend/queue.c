@@ -5,11 +5,11 @@
  *		the pass seckill_buy asks for (seckill_queue_admits), and the
  *		lines' figures in seckill.stats.
  *
- * A buyer's standing is answered in the caller's backend: its ticket (which
- * never changes once given, so each backend keeps those it read) against
- * the line's admission mark in the campaign cache.  Only a buyer admitted
- * already, or one this backend has not seen, costs a read of
- * seckill.queue_places.  A join goes to the worker, which gives the place
+ * A buyer's standing is answered in the caller's backend: its ticket, from
+ * the worker's table in shared memory (shared/queue_tickets.c), against the
+ * line's admission mark in the campaign cache.  Only a buyer admitted
+ * already (whose pass is read there: the table alone lets no purchase in),
+ * or one the table does not keep, costs a read of seckill.queue_places.  A join goes to the worker, which gives the place
  * in its own transaction: it stands even if the caller's rolls back.
  *
  *-------------------------------------------------------------------------
@@ -21,11 +21,11 @@
 #include "access/htup_details.h"
 #include "funcapi.h"
 #include "shared/campaign_cache.h"
+#include "shared/queue_tickets.h"
 #include "shared/shmem.h"
 #include "shared/stats.h"
 #include "store/store.h"
 #include "utils/builtins.h"
-#include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(seckill_queue_join);
@@ -67,73 +67,6 @@ typedef struct Standing
 	double		wait_s;			/* estimated wait; < 0: unknown */
 	bool		holds_order;	/* QS_USED: the order is not cancelled */
 } Standing;
-
-/* The tickets this backend has read: a ticket never changes once given. */
-typedef struct TicketKey
-{
-	int64		campaign_id;
-	char		user_id[SECKILL_MAX_USER_LEN + 1];
-} TicketKey;
-
-typedef struct TicketEntry
-{
-	TicketKey	key;
-	int64		ticket;
-} TicketEntry;
-
-#define MAX_KEPT_TICKETS 65536
-
-static HTAB *tickets = NULL;
-
-static TicketKey
-ticket_key(int64 campaign_id, const char *user_id)
-{
-	TicketKey	key;
-
-	memset(&key, 0, sizeof(key));
-	key.campaign_id = campaign_id;
-	strlcpy(key.user_id, user_id, sizeof(key.user_id));
-	return key;
-}
-
-static int64
-kept_ticket(int64 campaign_id, const char *user_id)
-{
-	TicketKey	key;
-	TicketEntry *e;
-
-	if (tickets == NULL)
-		return 0;
-	key = ticket_key(campaign_id, user_id);
-	e = hash_search(tickets, &key, HASH_FIND, NULL);
-	return e != NULL ? e->ticket : 0;
-}
-
-static void
-keep_ticket(int64 campaign_id, const char *user_id, int64 ticket)
-{
-	TicketKey	key;
-	TicketEntry *e;
-
-	if (ticket == 0)
-		return;
-	if (tickets != NULL && hash_get_num_entries(tickets) >= MAX_KEPT_TICKETS)
-	{
-		hash_destroy(tickets);
-		tickets = NULL;
-	}
-	if (tickets == NULL)
-	{
-		HASHCTL		ctl;
-
-		ctl.keysize = sizeof(TicketKey);
-		ctl.entrysize = sizeof(TicketEntry);
-		tickets = hash_create("seckill queue tickets", 1024, &ctl, HASH_ELEM | HASH_BLOBS);
-	}
-	key = ticket_key(campaign_id, user_id);
-	e = hash_search(tickets, &key, HASH_ENTER, NULL);
-	e->ticket = ticket;
-}
 
 /*
  * The campaign of goods, as the cache holds it (a preheated one), else as
@@ -193,8 +126,13 @@ standing(const SeckillCampaign *c, const char *user_id, bool joined, int64 ticke
 	if (!line.loaded)
 		store_queue_line_now(c->row.id, &line);
 	if (!joined)
-		ticket = kept_ticket(c->row.id, user_id);
-	if (!joined && ticket == 0)
+	{
+		ticket = seckill_ticket_find(&c->row, user_id);
+		joined = ticket != 0;
+		if (ticket == SECKILL_TICKET_EARLY)
+			ticket = 0;
+	}
+	if (!joined)
 	{
 		if (!store_queue_place(c->row.id, user_id, &place))
 		{
@@ -203,7 +141,6 @@ standing(const SeckillCampaign *c, const char *user_id, bool joined, int64 ticke
 		}
 		have_place = true;
 		ticket = place.ticket;
-		keep_ticket(c->row.id, user_id, ticket);
 	}
 	s.ticket = ticket;
 	if (ticket == 0 || ticket > line.admitted)
@@ -218,9 +155,19 @@ standing(const SeckillCampaign *c, const char *user_id, bool joined, int64 ticke
 			s.wait_s = s.position / c->row.limits.queue_admit_rate;
 		return s;
 	}
+	/* the pass itself is read from the table, always */
 	if (!have_place && !store_queue_place(c->row.id, user_id, &place))
-		elog(ERROR, "the place of user \"%s\" in the line of campaign " INT64_FORMAT " vanished",
-			 user_id, c->row.id);
+	{
+		/* a place just given, in a snapshot older than its commit */
+		if (joined)
+		{
+			s.position = 1;
+			return s;
+		}
+		s.state = QS_NOT_JOINED;
+		s.ticket = 0;
+		return s;
+	}
 	if (place.admitted_at == 0)
 	{
 		/* admitted by a commit this snapshot does not show yet */
@@ -256,12 +203,9 @@ seckill_queue_admits(const SeckillCampaign *c, const char *user_id, TimestampTz 
 static Datum
 standing_tuple(FunctionCallInfo fcinfo, const Standing *s, bool with_ticket)
 {
-	TupleDesc	desc;
 	Datum		values[4] = {0};
 	bool		nulls[4] = {false, s->position <= 0, true, true};
 
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
 	values[0] = CStringGetTextDatum(state_names[s->state]);
 	values[1] = Int64GetDatum(s->position);
 	if (with_ticket)
@@ -282,7 +226,7 @@ standing_tuple(FunctionCallInfo fcinfo, const Standing *s, bool with_ticket)
 			nulls[3] = false;
 		}
 	}
-	return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
+	return HeapTupleGetDatum(heap_form_tuple(seckill_result_desc(fcinfo), values, nulls));
 }
 
 static void
@@ -345,7 +289,6 @@ seckill_queue_join(PG_FUNCTION_ARGS)
 
 		check_not_fenced();
 		reply = seckill_call_checked(SK_REQ_QUEUE_JOIN, c.row.id, user_id, 0);
-		keep_ticket(c.row.id, user_id, reply.values[0]);
 		/* the line as the worker published it with the join */
 		(void) seckill_campaign_lookup(c.row.goods, &c);
 		s = standing(&c, user_id, true, reply.values[0], now);

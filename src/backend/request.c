@@ -9,6 +9,7 @@
  */
 #include "backend/backend.h"
 
+#include "funcapi.h"
 #include "shared/campaign_cache.h"
 #include "store/store.h"
 #include "utils/builtins.h"
@@ -37,6 +38,26 @@ seckill_id_arg(FunctionCallInfo fcinfo, int argno, const char *name, int maxlen)
 				 errmsg("%s is too long", name),
 				 errdetail("It is %d bytes long; the limit is %d bytes.", len, maxlen)));
 	return text_to_cstring(t);
+}
+
+/*
+ * The row type of a function's result, blessed once per call site: for the
+ * hot paths (a purchase, a poll of the waiting room).
+ */
+TupleDesc
+seckill_result_desc(FunctionCallInfo fcinfo)
+{
+	if (fcinfo->flinfo->fn_extra == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+		TupleDesc	desc;
+
+		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "return type must be a row type");
+		fcinfo->flinfo->fn_extra = BlessTupleDesc(CreateTupleDescCopy(desc));
+		MemoryContextSwitchTo(old);
+	}
+	return (TupleDesc) fcinfo->flinfo->fn_extra;
 }
 
 /* Ask the worker; turn failures into ERRORs a DBA can act on. */

@@ -75,7 +75,10 @@
  * the queue after announcing itself idle, and does not sleep while it is
  * set; a later mark sets the latch it sleeps on.  A campaign's
  * stock[s] is written before its bit in known_shards (a write barrier) and
- * read after it (a read barrier, the storefront).  The figures,
+ * read after it (a read barrier, the storefront).  The waiting lines'
+ * tickets (queue_tickets.c): one writer, the worker; a slot's value is
+ * written before its key (a write barrier) and read after it (a read
+ * barrier).  The figures,
  * install_generation and sold_out are read alone: no order is needed.
  *
  *-------------------------------------------------------------------------

@@ -64,7 +64,8 @@ store_queue_line_now(int64 campaign_id, SeckillLine *line)
 
 	if (plan == NULL)
 		plan = store_prepare(LINE_QUERY, 1, types);
-	if (SPI_execute_plan(plan, values, NULL, true, 1) != SPI_OK_SELECT)
+	/* not read-only: a statement's own snapshot, which sees the worker's latest commits */
+	if (SPI_execute_plan(plan, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "reading seckill.queue_lines failed");
 	line_from_result(line);
 	store_backend_spi_end(level);
@@ -166,6 +167,37 @@ store_queue_expired(int64 campaign_id, TimestampTz live_since)
 }
 
 /*
+ * Inside a transaction: the places of the campaign's line numbered after
+ * "after", in ticket order, at most limit of them: their users and tickets
+ * (allocated in the caller's context).  How many.
+ */
+int
+store_queue_tickets(int64 campaign_id, int64 after, int limit, char ***users, int64 **tickets)
+{
+	Oid			types[3] = {INT8OID, INT8OID, INT4OID};
+	Datum		values[3] = {Int64GetDatum(campaign_id), Int64GetDatum(after), Int32GetDatum(limit)};
+	MemoryContext spi_cxt;
+	int			n;
+
+	store_run_kept("SELECT user_id, ticket FROM seckill.queue_places "
+				   "WHERE campaign_id = $1 AND ticket > $2 ORDER BY ticket LIMIT $3",
+				   3, types, values, SPI_OK_SELECT);
+	n = (int) SPI_processed;
+	spi_cxt = MemoryContextSwitchTo(store_caller_cxt);
+	*users = palloc(sizeof(char *) * Max(n, 1));
+	*tickets = palloc(sizeof(int64) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		(*users)[i] = TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		(*tickets)[i] = int64_column(i, 2, 0);
+	}
+	MemoryContextSwitchTo(spi_cxt);
+	return n;
+}
+
+/*
  * Inside a transaction: admit the tickets after "after" up to "through" of
  * the campaign's line, now.
  */
@@ -209,7 +241,8 @@ store_queue_place(int64 campaign_id, const char *user_id, SkQueuePlace *place)
 							 "         WHERE o.campaign_id = $1 AND o.user_id = $2 AND o.status <> 'cancelled') "
 							 "FROM seckill.queue_places p WHERE p.campaign_id = $1 AND p.user_id = $2",
 							 2, types);
-	if (SPI_execute_plan(plan, values, NULL, true, 1) != SPI_OK_SELECT)
+	/* not read-only: a statement's own snapshot, which sees the worker's latest commits */
+	if (SPI_execute_plan(plan, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "reading seckill.queue_places failed");
 	found = SPI_processed == 1;
 	memset(place, 0, sizeof(SkQueuePlace));

@@ -130,6 +130,8 @@ extern int64 store_queue_draw(int64 campaign_id, int64 after, int64 seed);
 extern void store_queue_capacity(int64 campaign_id, TimestampTz live_since,
 								 int64 *stock_left, int64 *live_passes);
 extern int64 store_queue_expired(int64 campaign_id, TimestampTz live_since);
+extern int	store_queue_tickets(int64 campaign_id, int64 after, int limit, char ***users,
+								int64 **tickets);
 extern void store_queue_admit(int64 campaign_id, int64 after, int64 through, TimestampTz now);
 extern bool store_queue_place(int64 campaign_id, const char *user_id, SkQueuePlace *place);
 

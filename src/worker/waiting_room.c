@@ -22,13 +22,15 @@
 
 #include <math.h>
 
-#include "common/pg_prng.h"
 #include "shared/campaign_cache.h"
+#include "shared/queue_tickets.h"
 #include "store/store.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #define TICK_MS 200
+/* tickets read into the shared table a turn, for a line read anew */
+#define TICKETS_PAGE 20000
 /* how often the passes that ran out unused are counted, for seckill.stats */
 #define EXPIRED_COUNT_MS 5000
 
@@ -39,6 +41,8 @@ typedef struct LinePace
 	double		tokens;			/* admissions admit_rate allows now */
 	TimestampTz at;				/* when tokens and the pace were last updated */
 	TimestampTz expired_at;		/* when the expired passes were last counted */
+	int64		tickets_through;	/* every ticket up to it is in the shared
+									 * table (or found no room there) */
 } LinePace;
 
 static LinePace *paces = NULL;
@@ -89,13 +93,21 @@ line_of(const SeckillCampaign *c, SeckillLine *line)
 	}
 }
 
-/* Inside a transaction: the early joins get their tickets, in the order of the draw. */
+/*
+ * Inside a transaction: the early joins get their tickets, in the order of
+ * the draw: by the campaign's seed, else by one nobody could know before.
+ */
 static void
 draw(const SeckillCampaign *c, SeckillLine *line)
 {
-	int64		seed = c->row.limits.has_queue_seed ? c->row.limits.queue_seed :
-		(int64) pg_prng_uint64(&pg_global_prng_state);
-	int64		n = store_queue_draw(c->row.id, line->last, seed);
+	int64		seed = c->row.limits.queue_seed;
+	int64		n;
+
+	if (!c->row.limits.has_queue_seed && !pg_strong_random(&seed, sizeof(seed)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not draw a seed for the line of campaign " INT64_FORMAT, c->row.id)));
+	n = store_queue_draw(c->row.id, line->last, seed);
 
 	line->last += n;
 	line->early = 0;
@@ -155,6 +167,49 @@ join(RoundItem *item, Touched *touched, int *ntouched, TimestampTz now)
 }
 
 /*
+ * A committed join's ticket into the shared table: an early one as such, a
+ * numbered one if every ticket before it is there (else the line's turn
+ * reads them all, in order).
+ */
+static void
+keep_ticket(const RoundItem *item)
+{
+	int64		ticket = item->reply.values[0];
+	SeckillCampaign *c = seckill_campaign_find(item->request.campaign_id);
+	LinePace   *pace;
+
+	if (item->reply.values[1] == 0 || c == NULL)
+		return;					/* a second join; a campaign closed meanwhile */
+	if (ticket == 0)
+	{
+		(void) seckill_ticket_put(&c->row, item->request.user_id, SECKILL_TICKET_EARLY);
+		return;
+	}
+	pace = pace_of(c->row.id);
+	if (pace->tickets_through != ticket - 1)
+		return;
+	(void) seckill_ticket_put(&c->row, item->request.user_id, ticket);
+	pace->tickets_through = ticket;
+}
+
+/*
+ * Inside a transaction: the next page of the line's tickets not yet in the
+ * shared table, after the worker read the line or drew it.
+ */
+static void
+keep_tickets(const SeckillCampaign *c, LinePace *pace)
+{
+	char	  **users;
+	int64	   *tickets;
+	int			n = store_queue_tickets(c->row.id, pace->tickets_through, TICKETS_PAGE, &users, &tickets);
+
+	for (int i = 0; i < n; i++)
+		(void) seckill_ticket_put(&c->row, users[i], tickets[i]);
+	if (n > 0)
+		pace->tickets_through = tickets[n - 1];
+}
+
+/*
  * The round's joins (SK_REQ_QUEUE_JOIN), in one transaction, committed
  * before any is answered.  An ERROR fails them all and gives nothing.
  */
@@ -192,13 +247,26 @@ sk_waiting_room_join(RoundItem *items, int nitems)
 		for (int i = 0; i < nitems; i++)
 			if (items[i].request.kind == SK_REQ_QUEUE_JOIN)
 			{
+				SeckillCampaign *c = seckill_campaign_find(items[i].request.campaign_id);
+
 				seckill_reply_error(&items[i].reply, SK_ERR_INVALID, "%s", edata->message);
 				items[i].reply.sqlerrcode = edata->sqlerrcode;
+				/* read again before the next join: nothing of this round is */
+				if (c != NULL && c->line.loaded)
+				{
+					SeckillLine line = c->line;
+
+					line.loaded = false;
+					seckill_campaign_set_line(c->row.id, &line);
+				}
 			}
 	}
 	PG_END_TRY();
 	for (int i = 0; i < ntouched; i++)
 		seckill_campaign_set_line(touched[i].campaign_id, &touched[i].line);
+	for (int i = 0; ntouched > 0 && i < nitems; i++)
+		if (items[i].request.kind == SK_REQ_QUEUE_JOIN && items[i].reply.status == SK_OK)
+			keep_ticket(&items[i]);
 	for (int i = 0; i < nitems; i++)
 		if (items[i].request.kind == SK_REQ_QUEUE_JOIN)
 			(void) sk_answer(&items[i]);
@@ -248,7 +316,7 @@ advance(SeckillCampaign *c, TimestampTz now)
 		pace->tokens = Min(pace->tokens + limits->queue_admit_rate * seconds,
 						   Max(limits->queue_admit_rate, 1));
 	if (line.loaded && !(started && !line.drawn) && !count_expired &&
-		!(started && !sold_out && line.last > line.admitted))
+		!(started && !sold_out && line.last > line.admitted) && pace->tickets_through >= line.last)
 	{
 		line.pace = 0;
 		pace->at = now;
@@ -264,6 +332,8 @@ advance(SeckillCampaign *c, TimestampTz now)
 		admitted = admit(c, &line, pace, now);
 	if (count_expired)
 		line.expired = store_queue_expired(c->row.id, now - limits->queue_pass_ttl);
+	if (pace->tickets_through < line.last)
+		keep_tickets(c, pace);
 	store_commit();
 	if (count_expired)
 		pace->expired_at = now;
@@ -272,6 +342,40 @@ advance(SeckillCampaign *c, TimestampTz now)
 	line.pace = seconds > 0 ? 0.9 * line.pace + 0.1 * (admitted / seconds) : line.pace;
 	pace->at = now;
 	seckill_campaign_set_line(c->row.id, &line);
+}
+
+/*
+ * A line's turn.  An ERROR (a lock or statement timeout, the line changed
+ * under the worker) is logged and the line read again at its next turn; the
+ * other lines have theirs.
+ */
+static void
+turn(SeckillCampaign *c, TimestampTz now)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		advance(c, now);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+		SeckillLine line = c->line;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		store_abort();
+		MemoryContextSwitchTo(cxt);
+		ereport(LOG,
+				(errmsg("seckill could not advance the waiting line of campaign " INT64_FORMAT ": %s",
+						c->row.id, edata->message),
+				 errdetail("The worker reads the line again from seckill.queue_lines at its next turn.")));
+		line.loaded = false;
+		seckill_campaign_set_line(c->row.id, &line);
+	}
+	PG_END_TRY();
 }
 
 /* A line is open from its campaign's preheat until its end. */
@@ -287,15 +391,30 @@ sk_waiting_room_tick(void)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
+	bool		open = false;
+
 	if (now < tick_due)
 		return;
 	tick_due = TimestampTzPlusMilliseconds(now, TICK_MS);
 	for (int i = 0; i < seckill_max_campaigns; i++)
 		if (line_open(&seckill_campaigns[i], now))
-			advance(&seckill_campaigns[i], now);
+		{
+			turn(&seckill_campaigns[i], now);
+			open = true;
+		}
+	/* the shared table of tickets empties once no line is open */
+	if (!open && seckill_tickets_used() > 0)
+	{
+		seckill_tickets_clear();
+		for (int i = 0; paces != NULL && i < seckill_max_campaigns; i++)
+			paces[i].tickets_through = 0;
+	}
 }
 
-/* Milliseconds until the lines' next turn (-1: no line is open). */
+/*
+ * Milliseconds until the lines' next turn (-1: no line is open, and the
+ * shared table of tickets is empty).
+ */
 long
 sk_waiting_room_wait(void)
 {
@@ -304,9 +423,9 @@ sk_waiting_room_wait(void)
 
 	for (int i = 0; i < seckill_max_campaigns; i++)
 		if (line_open(&seckill_campaigns[i], now))
-		{
-			ms = TimestampDifferenceMilliseconds(now, tick_due);
-			return ms > 0 ? ms : 0;
-		}
-	return -1;
+			break;
+		else if (i == seckill_max_campaigns - 1 && seckill_tickets_used() == 0)
+			return -1;
+	ms = TimestampDifferenceMilliseconds(now, tick_due);
+	return ms > 0 ? ms : 0;
 }

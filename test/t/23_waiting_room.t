@@ -83,6 +83,11 @@ is "$(psql_val "SELECT state || ' ' || (admitted_until > now()) FROM seckill_que
 	"ticket 1 is admitted, with a pass valid until a time to come"
 is "$(psql_val "SELECT concat_ws(' ', state, \"position\") FROM seckill_queue_status('$sixth', '$room')")" "waiting 1" \
 	"ticket 6 waits, first in line"
+psql_val "CREATE ROLE poller_$$; GRANT EXECUTE ON FUNCTION seckill_queue_status(text, text) TO poller_$$" >/dev/null
+# poll_as_poller user goods: the state, as a role that cannot read seckill.queue_places
+poll_as_poller() { psql -XAtq -c "SET ROLE poller_$$" -c "SELECT state FROM seckill_queue_status('$1', '$2')" 2>&1; }
+is "$(poll_as_poller "$sixth" "$room")" waiting \
+	"a waiting buyer's poll reads no table: a role without SELECT on seckill.queue_places is told"
 is "$(buy "$sixth" "$room")" not_admitted "a buyer still in line: not_admitted"
 is "$(buy stranger "$room")" not_admitted "a buyer who never joined: not_admitted"
 is "$(status stranger "$room")" not_joined "and its status says not_joined"
@@ -136,7 +141,16 @@ seckill_wait_for "[ \"\$(status '$next' '$room')\" = admitted ]" 10
 ok "[ $? -eq 0 ]" "after a cancel the next in line (ticket $((held + 1))) is admitted"
 is "$(buy "$next" "$room" | cut -d'|' -f1)" ok "and buys the item given back"
 
-# a worker restart and a Redis restart mid-line lose no place
+# the figures (expired passes are counted every 5 s)
+stats_ok() {
+	[ "$(psql_val "SELECT not_admitted >= 3 AND queue_admitted = $(mark "$room") AND queue_expired >= 1 AND queue_length >= 1
+		FROM seckill.stats s JOIN seckill.campaigns c ON c.id = s.campaign_id WHERE c.goods = '$room'")" = t ]
+}
+seckill_wait_for stats_ok 10
+ok "[ $? -eq 0 ]" "seckill.stats: not_admitted, the line's length, admissions and expired passes" ||
+	diag "$(psql -X -c "SELECT campaign_id, not_admitted, queue_length, queue_admitted, queue_expired, queue_wait_s FROM seckill.stats")"
+
+# a worker restart, a Redis restart and a PostgreSQL restart mid-line lose no place
 before=$(psql_val "SELECT string_agg(p.user_id || ':' || p.ticket || ':' || (p.admitted_at IS NOT NULL), ',' ORDER BY p.ticket)
 	FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id WHERE c.goods = '$room'")
 pid=$(seckill_worker_pid)
@@ -145,6 +159,10 @@ seckill_wait_for "p=\$(seckill_worker_pid); [ -n \"\$p\" ] && [ \"\$p\" != $pid 
 ok "[ $? -eq 0 ]" "the worker restarted"
 seckill_redis_restart_empty
 ok "[ $? -eq 0 ]" "Redis restarted empty"
+seckill_pg_restart
+ok "[ $? -eq 0 ]" "PostgreSQL restarted (shared memory empty)"
+seckill_wait_for "[ \"\$(poll_as_poller late-5 '$room')\" = sold_out ]" 20
+ok "[ $? -eq 0 ]" "the worker read the line's tickets into shared memory again: polls read no table"
 is "$(join "late-6" "$room" | cut -d'|' -f3)" 36 "the next join takes the next ticket (36)"
 is "$(join "late-2" "$room" | cut -d'|' -f3)" 32 "a buyer who joined before the restarts keeps ticket 32"
 is "$(psql_val "SELECT string_agg(p.user_id || ':' || p.ticket || ':' || (p.admitted_at IS NOT NULL), ',' ORDER BY p.ticket)
@@ -193,11 +211,6 @@ is "$(psql_val "SELECT max(p.ticket) FILTER (WHERE o.id IS NOT NULL) || ' ' || m
 	LEFT JOIN seckill.orders o ON o.campaign_id = p.campaign_id AND o.user_id = p.user_id WHERE c.goods = '$crowd'")" "20 21" \
 	"the buyers are the first 20 in line, whatever the clients' timing"
 
-# the figures
-is "$(psql_val "SELECT not_admitted >= 3 AND queue_admitted = $(mark "$room") AND queue_expired >= 1 AND queue_length >= 1
-	FROM seckill.stats s JOIN seckill.campaigns c ON c.id = s.campaign_id WHERE c.goods = '$room'")" t \
-	"seckill.stats: not_admitted, the line's length, admissions and expired passes"
-
 # bad input changes nothing
 ok "! psql_val \"SELECT seckill_queue_join(NULL, '$room')\" 2>/dev/null" "a null user_id is an error"
 psql_val "SELECT seckill_campaign_create('plain-$tag', 1)" >/dev/null
@@ -206,4 +219,5 @@ ok "grep -q 'has no waiting room' <<<\"\$err\"" "a campaign without a waiting ro
 is "$(status u "no-such-goods-$tag")" unknown_goods "unknown goods: unknown_goods"
 
 for g in "$room" "$other" "$crowd" "plain-$tag"; do psql_val "SELECT seckill_close('$g')" >/dev/null 2>&1; done
+psql_val "DROP OWNED BY poller_$$; DROP ROLE poller_$$" >/dev/null
 done_testing

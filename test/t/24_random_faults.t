@@ -123,30 +123,34 @@ client_env=()
 
 # The campaigns: a larger one whose buyers keep coming (a pool of users that
 # grows), one of 4 stock shards and a tiny one for fixed pools of 400 users,
-# so that both sell out and their buyers ask again.  Unpaid orders expire
-# after 20 s, never, and 3 s.
+# so that both sell out and their buyers ask again; and one with a waiting
+# room, whose 400 buyers join its line and buy once admitted.  Unpaid
+# orders expire after 20 s, never, 3 s and 5 s.
 tag="$seed-$$"
 big=rf-big-$tag
 sharded=rf-sharded-$tag
 tiny=rf-tiny-$tag
 tiny_stock=$((RANDOM % 8 + 3))
+queued=rf-queue-$tag
 psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
 psql -XAtq -v ON_ERROR_STOP=1 >/dev/null <<SQL
 SELECT seckill_campaign_create('$big', 100000, payment_timeout => '20 seconds');
 SELECT seckill_campaign_create('$sharded', 200);
 SELECT seckill_campaign_set('$sharded', '{"shards": 4}');
 SELECT seckill_campaign_create('$tiny', $tiny_stock, payment_timeout => '3 seconds');
-SELECT seckill_preheat('$big'), seckill_preheat('$sharded'), seckill_preheat('$tiny');
+SELECT seckill_campaign_create('$queued', 40, payment_timeout => '5 seconds');
+SELECT seckill_campaign_set('$queued', '{"queue": {"pass_ttl": "5 seconds", "admit_factor": 2}}');
+SELECT seckill_preheat('$big'), seckill_preheat('$sharded'), seckill_preheat('$tiny'), seckill_preheat('$queued');
 SQL
-ok "[ $? -eq 0 ]" "campaigns preheated: $big (100000), $sharded (200 in 4 shards), $tiny ($tiny_stock)" || done_testing
-ids=$(psql_val "SELECT string_agg(id::text, ',') FROM seckill.campaigns WHERE goods IN ('$big', '$sharded', '$tiny')")
+ok "[ $? -eq 0 ]" "campaigns preheated: $big (100000), $sharded (200 in 4 shards), $tiny ($tiny_stock), $queued (40, a waiting room)" || done_testing
+ids=$(psql_val "SELECT string_agg(id::text, ',') FROM seckill.campaigns WHERE goods IN ('$big', '$sharded', '$tiny', '$queued')")
 
 # The client
 connections=$((RANDOM % 17 + 16))
 pairs=4
 : >"$work/answers.log"
 env "${client_env[@]}" /usr/bin/python3 "$SECKILL_ROOT/test/t/fault_client.py" run "$work/answers.log" "$work/monitor.log" "$work/stop" \
-	"$seed" "$connections" "$pairs" "$big:sliding:3" "$sharded:400" "$tiny:400" 2>"$work/client.err" &
+	"$seed" "$connections" "$pairs" "$big:sliding:3" "$sharded:400" "$tiny:400" "$queued:400:1:queue" 2>"$work/client.err" &
 client=$!
 oks() { grep -c $'\tok\t' "$work/answers.log"; }
 seckill_wait_for "[ \$(oks) -ge 100 ]" 30
@@ -523,6 +527,28 @@ is "$(psql_val "SELECT coalesce(string_agg(DISTINCT sqlstate || ' ' || left(mess
 	WHERE kind = 'A' AND status = 'error' AND NOT ($unknown_fate OR sqlstate IN ('SK002', '55P03'))")" "" \
 	"10. every error has a documented SQLSTATE"
 
+# 12-14. The waiting room: every place answered is kept, with its ticket,
+# and one ticket per buyer; admissions follow the line; every order was
+# bought with a pass given before it
+queue_id=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$queued'")
+lost_place="FROM rf_answers a WHERE a.kind = 'J' AND a.goods = '$queued' AND a.order_id IS NOT NULL
+	AND NOT EXISTS (SELECT FROM seckill.queue_places p WHERE p.campaign_id = $queue_id AND p.user_id = a.user_id
+	AND p.ticket = a.order_id)"
+is "$(psql_val "SELECT count(*) $lost_place") $(psql_val "SELECT count(*) FROM (SELECT user_id FROM rf_answers
+	WHERE kind = 'J' AND goods = '$queued' AND order_id IS NOT NULL GROUP BY user_id HAVING count(DISTINCT order_id) > 1) x")" "0 0" \
+	"12. every place answered ($(psql_val "SELECT count(*) FROM rf_answers WHERE kind = 'J' AND order_id IS NOT NULL") joins) is kept with its ticket, one ticket per buyer" ||
+	diag "$(examples "SELECT a.t0 - $started AS at_ms, a.user_id, a.order_id AS ticket $lost_place")"
+is "$(psql_val "SELECT count(*) FILTER (WHERE (p.admitted_at IS NOT NULL) <> (p.ticket <= coalesce(l.admitted_through, 0)))
+	|| ' ' || (count(*) = max(p.ticket)) FROM seckill.queue_places p LEFT JOIN seckill.queue_lines l USING (campaign_id)
+	WHERE p.campaign_id = $queue_id")" "0 true" \
+	"13. the admitted places ($(psql_val "SELECT admitted_through FROM seckill.queue_lines WHERE campaign_id = $queue_id")) are the line's first, numbered without a gap"
+is "$(psql_val "SELECT count(*) FROM seckill.orders o WHERE o.campaign_id = $queue_id AND NOT EXISTS (SELECT
+	FROM seckill.queue_places p WHERE p.campaign_id = o.campaign_id AND p.user_id = o.user_id AND p.admitted_at <= o.created_at)")" 0 \
+	"14. every order of the waiting room ($(psql_val "SELECT count(*) FROM seckill.orders WHERE campaign_id = $queue_id")) was bought with a pass given before it"
+diag "waiting room: $(psql_val "SELECT string_agg(s || ' ' || n, ', ' ORDER BY n DESC) FROM (SELECT CASE status WHEN 'error'
+	THEN 'join error ' || sqlstate ELSE status END s, count(*) n FROM rf_answers WHERE goods = '$queued'
+	GROUP BY 1) x")"
+
 # 11. The lock's holds that ended: no two at once, each token newer than
 # those granted before
 alone=$(/usr/bin/python3 "$SECKILL_ROOT/test/t/fault_client.py" alone "$work/locks.log")
@@ -547,7 +573,7 @@ fi
 	"$(awk -F'\t' -v s="$started" '{ printf "%7.1f %6d %s: %s\n", ($1 - s) / 1000, $2 - $1, $3, $4 }' "$work/nemesis.log")"
 
 # the campaigns closed, the tables dropped
-psql -XAtq -c "SELECT seckill_close('$big'), seckill_close('$sharded'), seckill_close('$tiny')" >/dev/null 2>&1
+psql -XAtq -c "SELECT seckill_close('$big'), seckill_close('$sharded'), seckill_close('$tiny'), seckill_close('$queued')" >/dev/null 2>&1
 [ "${SECKILL_KEEP:-0}" = 1 ] ||
 	psql_val "DROP TABLE rf_answers, rf_monitor, rf_nemesis, rf_resolved, rf_quiet, rf_false_sold_out" >/dev/null
 seckill_configure "RESET seckill.redis_port"

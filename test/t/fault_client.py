@@ -4,12 +4,17 @@ every answer outside PostgreSQL, then tells the fates and the request slots
 once the faults are healed.  The servers come from libpq's environment
 (PGHOST, PGPORT, PGUSER, PGDATABASE).
 
-    fault_client.py run LOG MONITOR STOP_FILE SEED CONNECTIONS PAIRS GOODS:POOL[:WEIGHT]...
+    fault_client.py run LOG MONITOR STOP_FILE SEED CONNECTIONS PAIRS GOODS:POOL[:WEIGHT[:queue]]...
 
 CONNECTIONS buy on the campaigns of GOODS, chosen in proportion to their
 WEIGHT (default 1), each call for a user u<n> drawn from that campaign's
 POOL: a number of users, or "sliding", a pool that
-grows by 40 new users a second while the last 400 repeat.  PAIRS of the
+grows by 40 new users a second while the last 400 repeat.  On a campaign
+marked "queue" (a waiting room) each call joins the line first, logged as
+
+    J t0 t1 conn user goods state ticket sqlstate timeout_ms ref message
+
+and buys only when the line says admitted or used.  PAIRS of the
 connections make double clicks: half the time, the second of a pair sends
 the same purchase as the first at the same moment, on its own connection.  A fifth of the
 calls run with seckill.request_timeout between 50 and 200 ms.  Until
@@ -143,13 +148,28 @@ class Buyer:
             self.conn.execute("SELECT set_config('seckill.request_timeout', %s, false)", (f"{ms}ms",))
         self.timeout = ms
 
-    def buy(self, user, goods, timeout):
+    def join(self, user, goods, timeout):
+        """The user's place in the line: its state, None after an error."""
+        t0 = now_ms()
+        try:
+            state, ticket = self.conn.execute(
+                "SELECT state, ticket FROM seckill_queue_join(%s, %s)", (user, goods)).fetchone()
+            self.log.write("J", t0, now_ms(), self.number, user, goods, state, ticket, None, timeout, None, None)
+            return state
+        except psycopg.Error as err:
+            self.log.write("J", t0, now_ms(), self.number, user, goods, "error", None,
+                           err.sqlstate or "conn", timeout, None, err)
+            return None
+
+    def buy(self, user, goods, timeout, queued=False):
         if self.connection() is None:
             return
         try:
             self.set_timeout(timeout)
         except psycopg.Error:
             return  # nothing was asked: the connection is made again
+        if queued and self.join(user, goods, timeout) not in ("admitted", "used"):
+            return
         t0 = now_ms()
         try:
             status, order_id = self.conn.execute(
@@ -194,11 +214,13 @@ class Pools:
         self.goods = []
         self.sizes = []
         self.weights = []
+        self.queued = []
         for spec in specs:
-            goods, pool, *weight = spec.split(":")
+            goods, pool, *rest = spec.split(":")
             self.goods.append(goods)
             self.sizes.append(pool)
-            self.weights.append(int(weight[0]) if weight else 1)
+            self.weights.append(int(rest[0]) if rest else 1)
+            self.queued.append(rest[1:] == ["queue"])
 
     def draw(self, rng):
         i = rng.choices(range(len(self.goods)), self.weights)[0]
@@ -207,7 +229,7 @@ class Pools:
             n = rng.randint(top - 399, top)
         else:
             n = rng.randint(1, int(self.sizes[i]))
-        return f"u{n}", self.goods[i]
+        return f"u{n}", self.goods[i], self.queued[i]
 
 
 def run(log_path, monitor_path, stop_file, seed, connections, pairs, specs):
@@ -221,9 +243,9 @@ def run(log_path, monitor_path, stop_file, seed, connections, pairs, specs):
         return stop.is_set()
 
     def choose(rng):
-        user, goods = pools.draw(rng)
+        user, goods, queued = pools.draw(rng)
         timeout = rng.randint(50, 200) if rng.random() < 0.2 else None
-        return user, goods, timeout
+        return user, goods, timeout, queued
 
     def guarded(body):
         def thread_main(*args):

@@ -26,6 +26,10 @@
 #   1q seckill_queue_status of a buyer waiting in a line of 100,000
 #   5j seckill_queue_join, a new buyer each call (against row 5, the
 #      sold-out answer)
+#   and its fairness (scripts/fairness.py): 2,000 people who buy once (or
+#   join, poll every second and buy once admitted) and 100 bots that call
+#   seckill_buy 50 times a second, for 400 items, without the room and
+#   with it, then 1,200 with it (200 people, 10 bots, 40 items with --smoke)
 # and the distributed locks against PostgreSQL's own, each client its own name:
 #   7a seckill_lock + seckill_unlock
 #   7b pg_advisory_lock + pg_advisory_unlock
@@ -61,7 +65,7 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--seconds) seconds=$2; shift 2 ;;
 	--clients) clients=$2; shift 2 ;;
-	--smoke) seconds=1; clients="8"; shift ;;
+	--smoke) seconds=1; clients="8"; fair="200 10 40"; shift ;;
 	--soak) soak=$2; shift 2 ;;
 	--out) out=$2; shift 2 ;;
 	*) echo "usage: $0 [--seconds N] [--clients \"8 32 128\"] [--smoke] [--soak SECONDS] [--out DIR]" >&2; exit 2 ;;
@@ -341,6 +345,12 @@ for c in $clients; do
 	cell 7h on "$c" advisory_one.sql
 done
 
+# The waiting room's fairness: people and bots, without the room and with it
+read -r fair_people fair_bots fair_stock <<<"${fair:-2000 100 400}"
+/usr/bin/python3 "$SECKILL_ROOT/scripts/fairness.py" "bench-fair-$run_id" "$fair_stock" "$fair_people" "$fair_bots" 50 \
+	>"$work/fairness.txt" || { echo "seckill: the fairness run failed" >&2; exit 1; }
+sed 's/^/  fairness: /' "$work/fairness.txt" >&2
+
 # Many clients through PgBouncer, in transaction pooling: the statements go
 # unprepared (PgBouncer 1.18 keeps no prepared statements across server
 # connections).  Each client is a socket for pgbench and for PgBouncer.
@@ -535,6 +545,18 @@ purchases=$((p1 - p0))
 	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
 	table "1n 1q 5j" "seckill_queue_status, line not open;seckill_queue_status, waiting;seckill_queue_join, new buyer" "1n 1 5" 0
 	echo
+	echo "Fairness (scripts/fairness.py): $fair_people people (buy once on arrival; or join, poll every second and"
+	echo "buy once admitted) and $fair_bots bots (seckill_buy 50 times a second), arriving alike from 5 s before the"
+	echo "start to 10 s after it, for $fair_stock items (fewer than the early crowd), then with the room for"
+	echo "$((fair_stock * 3)); the room admits 50 a second. Kendall's tau: the people who joined after the start"
+	echo "and bought, their order of purchase against their order of joining:"
+	echo
+	echo "| waiting room | items | items sold | bots' items | bots' share of items | bots' share of buyers | Kendall's tau | such people |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+	awk -v stock="$fair_stock" '{ printf "| %s | %d | %s | %s | %.1f %% | %.1f %% | %s | %s |\n", ($1 == "none" ? "no" : "yes"),
+		($1 == "fifo" ? 3 * stock : stock), $2, $3, 100 * $4, 100 * $5, $6, ($1 == "none" ? "–" : $7) }' \
+		"$work/fairness.txt"
+	echo
 	echo "What each traffic feature costs a purchase (row 4 on a campaign with it):"
 	echo
 	echo "| row | feature | clients | calls/s | p50 ms | p99 ms | × row 4 |"
@@ -637,6 +659,9 @@ fi
 cat "$out/results.md"
 echo
 echo "Targets (ratios of this run):"
+awk '$1 == "room" { printf "  %-44s %s\n", sprintf("bots'"'"' items <= their share of buyers + 1 point (%.1f %% against %.1f %%)", 100 * $4, 100 * $5), ($4 <= $5 + 0.01 ? "met" : "NOT met") }
+	$1 == "fifo" { printf "  %-44s %s\n", "Kendall'"'"'s tau of the late buyers >= 0.95 (" $6 ")", ($6 != "-" && $6 >= 0.95 ? "met" : "NOT met") }' \
+	"$work/fairness.txt"
 awk '
 	{ t[$1 " " $2 " " $3] = $4; p99[$1 " " $2 " " $3] = $6 }
 	function target(name, ok) { printf "  %-44s %s\n", name, ok ? "met" : "NOT met" }

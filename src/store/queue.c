@@ -15,6 +15,16 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+/*
+ * "The user has no order in campaign $1, of any status", in the two
+ * partial indexes of seckill.orders (orders_one_active_per_user and
+ * orders_cancelled): one condition on the user's orders would read them all.
+ */
+#define NO_ORDER_OF(user) \
+	"(NOT EXISTS (SELECT FROM seckill.orders o WHERE o.campaign_id = $1 AND o.user_id = " user \
+	" AND o.status <> 'cancelled') AND NOT EXISTS (SELECT FROM seckill.orders o " \
+	" WHERE o.campaign_id = $1 AND o.user_id = " user " AND o.status = 'cancelled'))"
+
 static int64
 int64_column(int row, int column, int64 if_null)
 {
@@ -140,8 +150,7 @@ store_queue_capacity(int64 campaign_id, TimestampTz live_since, int64 *stock_lef
 	store_run_kept("SELECT c.total_stock - c.sold, "
 				   " (SELECT pg_catalog.count(*) FROM seckill.queue_places p "
 				   "  WHERE p.campaign_id = $1 AND p.admitted_at > $2 "
-				   "  AND NOT EXISTS (SELECT FROM seckill.orders o "
-				   "                  WHERE o.campaign_id = $1 AND o.user_id = p.user_id)) "
+				   "  AND " NO_ORDER_OF("p.user_id") ") "
 				   "FROM seckill.campaigns c WHERE c.id = $1",
 				   2, types, values, SPI_OK_SELECT);
 	*stock_left = SPI_processed == 1 ? int64_column(0, 1, 0) : 0;
@@ -160,8 +169,7 @@ store_queue_expired(int64 campaign_id, TimestampTz live_since)
 
 	store_run_kept("SELECT pg_catalog.count(*) FROM seckill.queue_places p "
 				   "WHERE p.campaign_id = $1 AND p.admitted_at <= $2 "
-				   "AND NOT EXISTS (SELECT FROM seckill.orders o "
-				   "                WHERE o.campaign_id = $1 AND o.user_id = p.user_id)",
+				   "AND " NO_ORDER_OF("p.user_id"),
 				   2, types, values, SPI_OK_SELECT);
 	return int64_column(0, 1, 0);
 }
@@ -234,9 +242,7 @@ store_queue_place(int64 campaign_id, const char *user_id, SkQueuePlace *place)
 	bool		found;
 
 	if (plan == NULL)
-		plan = store_prepare("SELECT coalesce(p.ticket, 0), p.admitted_at, "
-							 " EXISTS (SELECT FROM seckill.orders o "
-							 "         WHERE o.campaign_id = $1 AND o.user_id = $2), "
+		plan = store_prepare("SELECT coalesce(p.ticket, 0), p.admitted_at, " NO_ORDER_OF("$2") ", "
 							 " EXISTS (SELECT FROM seckill.orders o "
 							 "         WHERE o.campaign_id = $1 AND o.user_id = $2 AND o.status <> 'cancelled') "
 							 "FROM seckill.queue_places p WHERE p.campaign_id = $1 AND p.user_id = $2",
@@ -256,7 +262,7 @@ store_queue_place(int64 campaign_id, const char *user_id, SkQueuePlace *place)
 		place->ticket = int64_column(0, 1, 0);
 		at = SPI_getbinval(tuple, desc, 2, &isnull);
 		place->admitted_at = isnull ? 0 : DatumGetTimestampTz(at);
-		place->bought = DatumGetBool(SPI_getbinval(tuple, desc, 3, &isnull));
+		place->bought = !DatumGetBool(SPI_getbinval(tuple, desc, 3, &isnull));
 		place->holds_order = DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull));
 	}
 	store_backend_spi_end(level);

@@ -20,6 +20,8 @@ for row in 2p 4p; do
 	ok "grep -Eq '^\\| $row \\| .* \\| 64 \\| [0-9]+ \\|' '$out/results.md'" "row $row measured, 64 clients through PgBouncer"
 done
 ok "grep -q 'per 1,000 purchases' '$out/results.md'" "the worker's counters are reported"
+ok "grep -Eq '^\\| yes \\| [0-9]+ \\| [0-9]+ \\| [0-9]+ \\|' '$out/results.md' && grep -Eq '^\\| no \\| [0-9]+ \\|' '$out/results.md'" \
+	"the fairness of people and bots is measured, without the waiting room and with it"
 # row 4's CPU line: the worker and Redis worked for it, row 1's worker hardly
 ok "grep -Eq '^\\| 4 \\| 8 \\| [0-9]+ \\| [0-9]*[1-9][0-9]*\\.[0-9] \\| [0-9]*[1-9][0-9]*\\.[0-9] \\|' '$out/results.md'" \
 	"the CPU of row 4 is accounted: the worker's and Redis' per call"

@@ -33,6 +33,8 @@
 #define TICKETS_PAGE 20000
 /* how often the passes that ran out unused are counted, for seckill.stats */
 #define EXPIRED_COUNT_MS 5000
+/* how long a line whose passes out fill the stock left waits to look again */
+#define FULL_WAIT_MS 1000
 
 /* The worker's own pace of each line, which it needs not share. */
 typedef struct LinePace
@@ -43,6 +45,8 @@ typedef struct LinePace
 	TimestampTz expired_at;		/* when the expired passes were last counted */
 	int64		tickets_through;	/* every ticket up to it is in the shared
 									 * table (or found no room there) */
+	TimestampTz full_until;		/* the passes out filled the stock left: look
+								 * again then */
 } LinePace;
 
 static LinePace *paces = NULL;
@@ -286,6 +290,9 @@ admit(const SeckillCampaign *c, SeckillLine *line, LinePace *pace, TimestampTz n
 
 	store_queue_capacity(c->row.id, now - limits->queue_pass_ttl, &stock_left, &live);
 	n = Min(n, (int64) ceil(limits->queue_admit_factor * stock_left) - live);
+	/* a pass used, or run out, frees room: looked for once a second */
+	if (n <= 0)
+		pace->full_until = TimestampTzPlusMilliseconds(now, FULL_WAIT_MS);
 	if (limits->queue_admit_rate > 0)
 		n = Min(n, (int64) floor(pace->tokens));
 	if (n <= 0)
@@ -309,14 +316,16 @@ advance(SeckillCampaign *c, TimestampTz now)
 	bool		sold_out = pg_atomic_read_u32(&c->sold_out) != 0;
 	bool		count_expired = started && line.admitted > 0 &&
 		now >= TimestampTzPlusMilliseconds(pace->expired_at, EXPIRED_COUNT_MS);
+	bool		may_admit = started && !sold_out && line.last > line.admitted &&
+		now >= pace->full_until;
 	double		seconds = pace->at == 0 ? TICK_MS / 1000.0 : (now - pace->at) / 1000000.0;
 	int64		admitted = 0;
 
 	if (limits->queue_admit_rate > 0)
 		pace->tokens = Min(pace->tokens + limits->queue_admit_rate * seconds,
 						   Max(limits->queue_admit_rate, 1));
-	if (line.loaded && !(started && !line.drawn) && !count_expired &&
-		!(started && !sold_out && line.last > line.admitted) && pace->tickets_through >= line.last)
+	if (line.loaded && !(started && !line.drawn) && !count_expired && !may_admit &&
+		pace->tickets_through >= line.last)
 	{
 		line.pace = 0;
 		pace->at = now;
@@ -328,7 +337,7 @@ advance(SeckillCampaign *c, TimestampTz now)
 	line_of(c, &line);
 	if (started && !line.drawn)
 		draw(c, &line);
-	if (started && !sold_out && line.last > line.admitted)
+	if (started && !sold_out && line.last > line.admitted && now >= pace->full_until)
 		admitted = admit(c, &line, pace, now);
 	if (count_expired)
 		line.expired = store_queue_expired(c->row.id, now - limits->queue_pass_ttl);

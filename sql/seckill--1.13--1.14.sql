@@ -226,9 +226,10 @@ $$;
 
 -- Join the line of the goods' campaign: once per buyer, a second join
 -- answers the same place.  state is waiting, admitted, used, expired,
--- sold_out, or not_started (the line is not open yet), ended or
--- unknown_goods; position counts the places up to the buyer's (NULL until
--- the draw, for a join before the start); ticket is the place's number.
+-- sold_out, or not_started (the line is not open yet), ended,
+-- unknown_goods or rate_limited (client_addr past the campaign's
+-- addr_rate); position counts the places up to the buyer's (NULL until the
+-- draw, for a join before the start); ticket is the place's number.
 CREATE FUNCTION @extschema@.seckill_queue_join(user_id text, goods text,
 	client_addr inet DEFAULT inet_client_addr(),
 	OUT state text, OUT "position" bigint, OUT ticket bigint)

@@ -16,6 +16,7 @@
 
 extern char *seckill_id_arg(FunctionCallInfo fcinfo, int argno, const char *name, int maxlen);
 extern TupleDesc seckill_result_desc(FunctionCallInfo fcinfo);
+extern void seckill_client_addr(FunctionCallInfo fcinfo, int argno, char *out, size_t len);
 extern int64 seckill_open_campaign_id(const char *goods);
 extern SeckillReply seckill_call_checked(SeckillRequestKind kind, int64 campaign_id,
 										 const char *user_id, int qty);

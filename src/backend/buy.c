@@ -23,7 +23,6 @@
 #include "store/store.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
-#include "utils/inet.h"
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(seckill_buy);
@@ -57,35 +56,6 @@ in_flight_done(int code, Datum arg)
 	pg_atomic_fetch_sub_u32(&seckill_figures->all.in_flight, 1);
 	if (st != NULL)
 		pg_atomic_fetch_sub_u32(&st->in_flight, 1);
-}
-
-/*
- * The client address of a purchase, for the campaign's addr_rate: the
- * argument of the five-argument seckill_buy (NULL: none), else the
- * session's, as inet_client_addr() gives it.  Only computed for a campaign
- * that limits addresses: it costs a getnameinfo().
- */
-static void
-client_addr(FunctionCallInfo fcinfo, char *out, size_t len)
-{
-	Datum		addr;
-
-	if (PG_NARGS() >= 5)
-	{
-		if (PG_ARGISNULL(4))
-			return;
-		addr = PG_GETARG_DATUM(4);
-	}
-	else
-	{
-		LOCAL_FCINFO(fc, 0);
-
-		InitFunctionCallInfoData(*fc, NULL, 0, InvalidOid, NULL, NULL);
-		addr = inet_client_addr(fc);
-		if (fc->isnull)
-			return;
-	}
-	strlcpy(out, DatumGetCString(DirectFunctionCall1(inet_out, addr)), len);
 }
 
 /*
@@ -167,7 +137,8 @@ buy(FunctionCallInfo fcinfo, SeckillRequest *request, const char *goods, const c
 	if (seckill_max_queue > 0 && seckill_calls->len >= (uint32) seckill_max_queue)
 		return SK_BUSY;
 	if (limits->addr_rate > 0)
-		client_addr(fcinfo, request->client_addr, sizeof(request->client_addr));
+		seckill_client_addr(fcinfo, PG_NARGS() >= 5 ? 4 : -1, request->client_addr,
+							sizeof(request->client_addr));
 	pg_atomic_fetch_add_u32(&seckill_figures->all.in_flight, 1);
 	in_flight = st ? pg_atomic_fetch_add_u32(&st->in_flight, 1) : 0;
 	if (limits->max_in_flight > 0 && in_flight >= (uint32) limits->max_in_flight)

@@ -42,7 +42,8 @@ typedef enum QueueState
 	QS_NOT_JOINED,
 	QS_NOT_STARTED,				/* the line is not open yet */
 	QS_ENDED,
-	QS_UNKNOWN_GOODS
+	QS_UNKNOWN_GOODS,
+	QS_RATE_LIMITED				/* a join: its address's addr_rate is used up */
 } QueueState;
 
 static const char *const state_names[] = {
@@ -55,6 +56,7 @@ static const char *const state_names[] = {
 	[QS_NOT_STARTED] = "not_started",
 	[QS_ENDED] = "ended",
 	[QS_UNKNOWN_GOODS] = "unknown_goods",
+	[QS_RATE_LIMITED] = "rate_limited",
 };
 
 /* Where a buyer stands in a campaign's line. */
@@ -111,11 +113,13 @@ check_queue(const SeckillCampaign *c)
 
 /*
  * Where the user stands in the line of campaign c (cached or not).  joined:
- * the user's place is known to be ticket (0: not drawn yet); else it is read.
+ * the user's place is known to be ticket (0: not drawn yet); else it is
+ * read, from the shared table of tickets, then (unless to_join) from
+ * seckill.queue_places.
  */
 static Standing
 standing(const SeckillCampaign *c, const char *user_id, bool joined, int64 ticket,
-		 TimestampTz now)
+		 bool to_join, TimestampTz now)
 {
 	Standing	s = {QS_WAITING, 0, 0, 0, -1, false};
 	SeckillLine line = c->line;
@@ -131,6 +135,12 @@ standing(const SeckillCampaign *c, const char *user_id, bool joined, int64 ticke
 		joined = ticket != 0;
 		if (ticket == SECKILL_TICKET_EARLY)
 			ticket = 0;
+	}
+	/* a join the shared table does not know goes to the worker, which knows */
+	if (!joined && to_join)
+	{
+		s.state = QS_NOT_JOINED;
+		return s;
 	}
 	if (!joined)
 	{
@@ -195,7 +205,7 @@ standing(const SeckillCampaign *c, const char *user_id, bool joined, int64 ticke
 bool
 seckill_queue_admits(const SeckillCampaign *c, const char *user_id, TimestampTz now)
 {
-	Standing	s = standing(c, user_id, false, 0, now);
+	Standing	s = standing(c, user_id, false, 0, false, now);
 
 	return s.state == QS_ADMITTED || (s.state == QS_USED && s.holds_order);
 }
@@ -247,9 +257,12 @@ check_not_fenced(void)
 /*
  * The call's user (argument 0) and the campaign of its goods (argument 1),
  * and where the user stands there; *c is set unless the goods are unknown.
+ * to_join: a user the shared table does not know is taken for not joined
+ * (the worker's join finds a place given before).
  */
 static Standing
-look_up(FunctionCallInfo fcinfo, char **user_id, SeckillCampaign *c, TimestampTz now)
+look_up(FunctionCallInfo fcinfo, char **user_id, SeckillCampaign *c, bool to_join,
+		TimestampTz now)
 {
 	char	   *goods;
 	bool		cached;
@@ -263,7 +276,7 @@ look_up(FunctionCallInfo fcinfo, char **user_id, SeckillCampaign *c, TimestampTz
 		check_queue(c);
 		s.state = window(c, cached, now);
 		if (s.state == QS_WAITING)
-			s = standing(c, *user_id, false, 0, now);
+			s = standing(c, *user_id, false, 0, to_join, now);
 	}
 	return s;
 }
@@ -273,7 +286,8 @@ look_up(FunctionCallInfo fcinfo, char **user_id, SeckillCampaign *c, TimestampTz
  *		inet_client_addr()) RETURNS (state text, position bigint, ticket bigint)
  *
  * A place in the line, once per buyer: a buyer who has one is told where it
- * is, without the worker.
+ * is, without the worker.  The campaign's addr_rate counts the joins of each
+ * client address (client_addr, NULL: none), in the worker.
  */
 Datum
 seckill_queue_join(PG_FUNCTION_ARGS)
@@ -281,17 +295,29 @@ seckill_queue_join(PG_FUNCTION_ARGS)
 	TimestampTz now = GetCurrentTimestamp();
 	char	   *user_id;
 	SeckillCampaign c;
-	Standing	s = look_up(fcinfo, &user_id, &c, now);
+	Standing	s = look_up(fcinfo, &user_id, &c, true, now);
 
 	if (s.state == QS_NOT_JOINED)
 	{
+		SeckillRequest request;
 		SeckillReply reply;
 
 		check_not_fenced();
-		reply = seckill_call_checked(SK_REQ_QUEUE_JOIN, c.row.id, user_id, 0);
+		memset(&request, 0, sizeof(request));
+		request.kind = SK_REQ_QUEUE_JOIN;
+		request.campaign_id = c.row.id;
+		strlcpy(request.user_id, user_id, sizeof(request.user_id));
+		if (c.row.limits.addr_rate > 0)
+			seckill_client_addr(fcinfo, 2, request.client_addr, sizeof(request.client_addr));
+		reply = seckill_request_checked(&request);
+		if (reply.status == SK_RATE_LIMITED)
+		{
+			s.state = QS_RATE_LIMITED;
+			return standing_tuple(fcinfo, &s, true);
+		}
 		/* the line as the worker published it with the join */
 		(void) seckill_campaign_lookup(c.row.goods, &c);
-		s = standing(&c, user_id, true, reply.values[0], now);
+		s = standing(&c, user_id, true, reply.values[0], false, now);
 	}
 	return standing_tuple(fcinfo, &s, true);
 }
@@ -305,7 +331,7 @@ seckill_queue_status(PG_FUNCTION_ARGS)
 {
 	char	   *user_id;
 	SeckillCampaign c;
-	Standing	s = look_up(fcinfo, &user_id, &c, GetCurrentTimestamp());
+	Standing	s = look_up(fcinfo, &user_id, &c, false, GetCurrentTimestamp());
 
 	return standing_tuple(fcinfo, &s, false);
 }

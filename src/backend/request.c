@@ -13,6 +13,7 @@
 #include "shared/campaign_cache.h"
 #include "store/store.h"
 #include "utils/builtins.h"
+#include "utils/inet.h"
 #include "utils/timestamp.h"
 
 /* A text argument that is a user or goods id: not null, not empty, not too long. */
@@ -38,6 +39,36 @@ seckill_id_arg(FunctionCallInfo fcinfo, int argno, const char *name, int maxlen)
 				 errmsg("%s is too long", name),
 				 errdetail("It is %d bytes long; the limit is %d bytes.", len, maxlen)));
 	return text_to_cstring(t);
+}
+
+/*
+ * The client address of a call, for a campaign's addr_rate: the inet
+ * argument argno (NULL: none), else (argno -1) the session's, as
+ * inet_client_addr() gives it; "" when there is none.  It costs a
+ * getnameinfo(): only for a campaign that limits addresses.
+ */
+void
+seckill_client_addr(FunctionCallInfo fcinfo, int argno, char *out, size_t len)
+{
+	Datum		addr;
+
+	out[0] = '\0';
+	if (argno >= 0)
+	{
+		if (PG_ARGISNULL(argno))
+			return;
+		addr = PG_GETARG_DATUM(argno);
+	}
+	else
+	{
+		LOCAL_FCINFO(fc, 0);
+
+		InitFunctionCallInfoData(*fc, NULL, 0, InvalidOid, NULL, NULL);
+		addr = inet_client_addr(fc);
+		if (fc->isnull)
+			return;
+	}
+	strlcpy(out, DatumGetCString(DirectFunctionCall1(inet_out, addr)), len);
 }
 
 /*

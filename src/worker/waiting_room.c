@@ -25,6 +25,7 @@
 #include "shared/campaign_cache.h"
 #include "shared/queue_tickets.h"
 #include "store/store.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -121,6 +122,58 @@ draw(const SeckillCampaign *c, SeckillLine *line)
 					n, c->row.id, c->row.goods, seed)));
 }
 
+/*
+ * A client address's joins to a campaign with an addr_rate: a token bucket
+ * as the purchases' in Redis, kept by the worker, which sees every join
+ * (forgotten when it restarts, or when it keeps too many).
+ */
+typedef struct JoinBucket
+{
+	char		key[32 + SK_ADDR_LEN];	/* campaign id, address */
+	double		tokens;
+	TimestampTz at;
+} JoinBucket;
+
+#define MAX_JOIN_BUCKETS 100000
+
+static HTAB *join_buckets = NULL;
+
+static bool
+join_allowed(const SeckillCampaign *c, const char *addr, TimestampTz now)
+{
+	const SeckillLimits *limits = &c->row.limits;
+	char		key[32 + SK_ADDR_LEN] = {0};
+	JoinBucket *b;
+	bool		found;
+
+	if (limits->addr_rate <= 0 || addr[0] == '\0')
+		return true;
+	if (join_buckets != NULL && hash_get_num_entries(join_buckets) >= MAX_JOIN_BUCKETS)
+	{
+		hash_destroy(join_buckets);
+		join_buckets = NULL;
+	}
+	if (join_buckets == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(key);
+		ctl.entrysize = sizeof(JoinBucket);
+		join_buckets = hash_create("seckill join buckets", 1024, &ctl, HASH_ELEM | HASH_BLOBS);
+	}
+	snprintf(key, sizeof(key), INT64_FORMAT " %s", c->row.id, addr);
+	b = hash_search(join_buckets, key, HASH_ENTER, &found);
+	if (!found)
+		b->tokens = limits->addr_burst;
+	else
+		b->tokens = Min(limits->addr_burst, b->tokens + limits->addr_rate * (now - b->at) / 1000000.0);
+	b->at = now;
+	if (b->tokens < 1)
+		return false;
+	b->tokens -= 1;
+	return true;
+}
+
 /* A line touched by a round's joins, to be published once committed. */
 typedef struct Touched
 {
@@ -154,6 +207,11 @@ join(RoundItem *item, Touched *touched, int *ntouched, TimestampTz now)
 		seckill_reply_error(&item->reply, SK_ERR_INVALID,
 							"campaign " INT64_FORMAT " has no open waiting line", request->campaign_id);
 		item->reply.sqlerrcode = ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
+		return;
+	}
+	if (!join_allowed(c, request->client_addr, now))
+	{
+		item->reply.status = SK_RATE_LIMITED;
 		return;
 	}
 	line = touched_line(touched, ntouched, c);
@@ -215,7 +273,9 @@ keep_tickets(const SeckillCampaign *c, LinePace *pace)
 
 /*
  * The round's joins (SK_REQ_QUEUE_JOIN), in one transaction, committed
- * before any is answered.  An ERROR fails them all and gives nothing.
+ * before any is answered; as a round's orders, the commit is flushed by its
+ * callers before they answer (one flushes for all: shared/call.c).  An
+ * ERROR fails them all and gives nothing.
  */
 void
 sk_waiting_room_join(RoundItem *items, int nitems)
@@ -225,6 +285,7 @@ sk_waiting_room_join(RoundItem *items, int nitems)
 	int			ntouched = 0;
 	int			njoins = 0;
 	TimestampTz now = GetCurrentTimestamp();
+	volatile XLogRecPtr lsn = InvalidXLogRecPtr;
 
 	for (int i = 0; i < nitems; i++)
 		njoins += items[i].request.kind == SK_REQ_QUEUE_JOIN;
@@ -236,7 +297,8 @@ sk_waiting_room_join(RoundItem *items, int nitems)
 		for (int i = 0; i < nitems; i++)
 			if (items[i].request.kind == SK_REQ_QUEUE_JOIN)
 				join(&items[i], touched, &ntouched, now);
-		store_commit();
+		/* as a round's orders: its callers flush the WAL, one for all */
+		lsn = store_commit_unflushed();
 	}
 	PG_CATCH();
 	{
@@ -273,7 +335,11 @@ sk_waiting_room_join(RoundItem *items, int nitems)
 			keep_ticket(&items[i]);
 	for (int i = 0; i < nitems; i++)
 		if (items[i].request.kind == SK_REQ_QUEUE_JOIN)
+		{
+			if (items[i].reply.status == SK_OK)
+				items[i].reply.flush_lsn = lsn;
 			(void) sk_answer(&items[i]);
+		}
 }
 
 /*

@@ -211,6 +211,20 @@ is "$(psql_val "SELECT max(p.ticket) FILTER (WHERE o.id IS NOT NULL) || ' ' || m
 	LEFT JOIN seckill.orders o ON o.campaign_id = p.campaign_id AND o.user_id = p.user_id WHERE c.goods = '$crowd'")" "20 21" \
 	"the buyers are the first 20 in line, whatever the clients' timing"
 
+# joins from one client address, past the campaign's addr_rate
+limited="limited-$tag"
+psql_val "SELECT seckill_campaign_create('$limited', 10, now() + interval '1 hour')" >/dev/null
+psql_val "SELECT seckill_campaign_set('$limited', '{\"addr_rate\": 0.001, \"addr_burst\": 2, \"queue\": true}')" >/dev/null
+psql_val "SELECT seckill_preheat('$limited')" >/dev/null
+answers=""
+for i in 1 2 3; do answers+="$(psql_val "SELECT state FROM seckill_queue_join('bot-$i', '$limited', '10.0.0.1')") "; done
+is "$answers" "waiting waiting rate_limited " "joins from one address past its addr_burst: rate_limited"
+is "$(psql_val "SELECT state FROM seckill_queue_join('person-1', '$limited', '10.0.0.2')")" waiting "another address joins"
+is "$(psql_val "SELECT state FROM seckill_queue_join('bot-1', '$limited', '10.0.0.1')")" waiting \
+	"a buyer in line is told its place again, whatever its address's bucket"
+is "$(psql_val "SELECT count(*) FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id
+	WHERE c.goods = '$limited'")" 3 "the refused join took no place"
+
 # bad input changes nothing
 ok "! psql_val \"SELECT seckill_queue_join(NULL, '$room')\" 2>/dev/null" "a null user_id is an error"
 psql_val "SELECT seckill_campaign_create('plain-$tag', 1)" >/dev/null
@@ -218,6 +232,6 @@ err=$(psql_val "SELECT seckill_queue_join('u', 'plain-$tag')" 2>&1)
 ok "grep -q 'has no waiting room' <<<\"\$err\"" "a campaign without a waiting room says so"
 is "$(status u "no-such-goods-$tag")" unknown_goods "unknown goods: unknown_goods"
 
-for g in "$room" "$other" "$crowd" "plain-$tag"; do psql_val "SELECT seckill_close('$g')" >/dev/null 2>&1; done
+for g in "$room" "$other" "$crowd" "$limited" "plain-$tag"; do psql_val "SELECT seckill_close('$g')" >/dev/null 2>&1; done
 psql_val "DROP OWNED BY poller_$$; DROP ROLE poller_$$" >/dev/null
 done_testing

@@ -88,4 +88,14 @@ is "$(metric seckill_redis_node_connected "node=\"127.0.0.1:$SECKILL_REDIS_PORT\
 is "$(metric seckill_slots_in_use)" 0 "seckill_slots_in_use is 0 with no call under way"
 ok "[ \"\$(metric seckill_purchases_per_round)\" != '' ]" \
 	"seckill_purchases_per_round: $(metric seckill_purchases_per_round)"
+
+# A waiting room's line: 5 buyers joined before the start
+room="$goods-room"
+psql -XAtq -v ON_ERROR_STOP=1 -c "SELECT seckill_campaign_create('$room', 2, now() + interval '1 hour')" \
+	-c "SELECT seckill_campaign_set('$room', '{\"queue\": true}')" -c "SELECT seckill_preheat('$room')" >/dev/null
+for i in 1 2 3 4 5; do psql_val "SELECT state FROM seckill_queue_join('room-$i', '$room')" >/dev/null; done
+seckill_wait_for "scrape '$work/now' && [ \"\$(metric seckill_queue_length \"goods=\\\"$room\\\"\")\" = 5 ]" 10
+ok "[ $? -eq 0 ]" "seckill_queue_length{goods=\"$room\"}: the 5 who joined before the start"
+is "$(metric seckill_queue_admitted_total "goods=\"$room\"")" 0 "seckill_queue_admitted_total: none admitted before the start"
+psql_val "SELECT seckill_close('$room')" >/dev/null
 done_testing

@@ -195,6 +195,19 @@ is "$(psql_val "SELECT count(*) || ' ' || bool_and(connected) || ' ' || sum(slot
 is "$(psql_val "SELECT string_agg(split_part(redis_node, ':', 2), ' ' ORDER BY shard) || ' '
 	FROM seckill_campaign_nodes('$goods-1')")" "$shard_homes" "seckill_campaign_nodes names the master of each shard"
 
+# A waiting room on the cluster: its line in PostgreSQL, its purchases
+# through the masters of its 4 shards
+room="$goods-room"
+psql_val "SELECT seckill_campaign_create('$room', 4)" >/dev/null
+psql_val "SELECT seckill_campaign_set('$room', '{\"shards\": 4, \"queue\": {\"admit_factor\": 1}}')" >/dev/null
+psql_val "SELECT seckill_preheat('$room')" >/dev/null
+for i in $(seq 1 10); do psql_val "SELECT state FROM seckill_queue_join('room-$i', '$room')" >/dev/null; done
+seckill_wait_for "[ \"\$(psql_val \"SELECT state FROM seckill_queue_status('room-4', '$room')\")\" = admitted ]" 10
+ok "[ $? -eq 0 ]" "a waiting room on the cluster admits the first 4 of its line (4 items, a pass an item)"
+room_answers=""
+for i in 5 1 2 3 4; do room_answers+="$(psql_val "SELECT status FROM seckill_buy('room-$i', '$room')") "; done
+is "$room_answers" "not_admitted ok ok ok ok " "the fifth in line has no pass; the first 4 buy through the masters"
+
 # 2. Locks: 30 names, spread over the masters by their slots
 locks() { # locks "condition on name": how many of the 30 names meet it
 	echo "SELECT count(*) FROM (SELECT 'cluster-lock-' || i AS name FROM generate_series(1, 30) i) l WHERE $1;"

@@ -9,8 +9,9 @@
  * the worker's table in shared memory (shared/queue_tickets.c), against the
  * line's admission mark in the campaign cache.  Only a buyer admitted
  * already (whose pass is read there: the table alone lets no purchase in),
- * or one the table does not keep, costs a read of seckill.queue_places.  A join goes to the worker, which gives the place
- * in its own transaction: it stands even if the caller's rolls back.
+ * or one the table does not keep, costs a read of seckill.queue_places.  A
+ * join goes to the worker, which gives the place in its own transaction: it
+ * stands even if the caller's rolls back.
  *
  *-------------------------------------------------------------------------
  */

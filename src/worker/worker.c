@@ -340,6 +340,7 @@ static long
 idle_timeout(long kept_due)
 {
 	long		due = -1;
+	long		lines_due = sk_waiting_room_wait();
 
 	if (keeper_due != DT_NOEND)
 		due = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), keeper_due) + 1;
@@ -351,8 +352,8 @@ idle_timeout(long kept_due)
 		due = due < 0 ? sk_audit_wait() + 1 : Min(due, sk_audit_wait() + 1);
 	if (sk_journal_retry_wait() >= 0)
 		due = due < 0 ? sk_journal_retry_wait() + 1 : Min(due, sk_journal_retry_wait() + 1);
-	if (sk_waiting_room_wait() >= 0)
-		due = due < 0 ? sk_waiting_room_wait() + 1 : Min(due, sk_waiting_room_wait() + 1);
+	if (lines_due >= 0)
+		due = due < 0 ? lines_due + 1 : Min(due, lines_due + 1);
 	return due;
 }
 

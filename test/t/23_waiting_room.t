@@ -225,6 +225,36 @@ is "$(psql_val "SELECT state FROM seckill_queue_join('bot-1', '$limited', '10.0.
 is "$(psql_val "SELECT count(*) FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id
 	WHERE c.goods = '$limited'")" 3 "the refused join took no place"
 
+# a line longer than the table of tickets in shared memory: the buyers past
+# it are read from seckill.queue_places, and told the same
+psql_val "ALTER SYSTEM SET seckill.queue_tickets = 64" >/dev/null
+seckill_pg_restart
+seckill_wait_for "[ -n \"\$(seckill_worker_pid 2>/dev/null)\" ]" 30
+is "$(psql_val "SHOW seckill.queue_tickets")" 64 "a table of 64 tickets (after a restart)"
+small="small-$tag"
+psql_val "SELECT seckill_campaign_create('$small', 100)" >/dev/null
+psql_val "SELECT seckill_campaign_set('$small', '{\"queue\": {\"admit_factor\": 1, \"pass_ttl\": \"10 minutes\"}}')" >/dev/null
+psql_val "SELECT seckill_preheat('$small')" >/dev/null
+printf '%s\n' '\set r random(1, 1000000000000)' \
+	"SELECT state FROM seckill_queue_join('small-' || :client_id || '-' || :r, '$small');" >"$SECKILL_TMP/small.sql"
+pgbench -n -c 16 -j 2 -t 125 -f "$SECKILL_TMP/small.sql" >"$SECKILL_TMP/small.out" 2>&1
+ok "grep -q 'number of failed transactions: 0' '$SECKILL_TMP/small.out'" "16 clients joined at once, 2,000 calls, none failed"
+joined=$(psql_val "SELECT count(*) FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id
+	WHERE c.goods = '$small'")
+ok "[ $joined -gt 1900 ]" "$joined places, 30 times the table"
+seckill_wait_for "[ \$(mark '$small') -ge 100 ]" 10
+ok "[ $? -eq 0 ]" "the line admits the first 100, one per item"
+scans() { psql_val "SELECT idx_scan FROM pg_stat_user_tables WHERE relid = 'seckill.queue_places'::regclass"; }
+before=$(scans)
+is "$(psql_val "SELECT count(*) FILTER (WHERE s.state = 'admitted' AND p.ticket <= 100) || ' '
+		|| count(*) FILTER (WHERE s.state = 'waiting' AND s.\"position\" = p.ticket - 100) || ' ' || count(*)
+	FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id,
+		seckill_queue_status(p.user_id, '$small') s WHERE c.goods = '$small'")" "100 $((joined - 100)) $joined" \
+	"each is told its place: tickets 1..100 admitted, the others waiting at ticket - 100"
+ok "[ \$((\$(scans) - before)) -ge $((joined - 64)) ]" "at least $((joined - 64)) of those polls read the table"
+psql_val "ALTER SYSTEM RESET seckill.queue_tickets" >/dev/null
+seckill_pg_restart
+
 # bad input changes nothing
 ok "! psql_val \"SELECT seckill_queue_join(NULL, '$room')\" 2>/dev/null" "a null user_id is an error"
 psql_val "SELECT seckill_campaign_create('plain-$tag', 1)" >/dev/null
@@ -232,6 +262,6 @@ err=$(psql_val "SELECT seckill_queue_join('u', 'plain-$tag')" 2>&1)
 ok "grep -q 'has no waiting room' <<<\"\$err\"" "a campaign without a waiting room says so"
 is "$(status u "no-such-goods-$tag")" unknown_goods "unknown goods: unknown_goods"
 
-for g in "$room" "$other" "$crowd" "$limited" "plain-$tag"; do psql_val "SELECT seckill_close('$g')" >/dev/null 2>&1; done
+for g in "$room" "$other" "$crowd" "$limited" "$small" "plain-$tag"; do psql_val "SELECT seckill_close('$g')" >/dev/null 2>&1; done
 psql_val "DROP OWNED BY poller_$$; DROP ROLE poller_$$" >/dev/null
 done_testing

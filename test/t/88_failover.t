@@ -16,7 +16,10 @@
 #     unclaimed;
 #  3. a standby says at once that it is in recovery;
 #  4. sync: a new standby with synchronous_standby_names = '*', the same
-#     crash: no acked order is lost; the cost in throughput is printed.
+#     crash: no acked order is lost; the cost in throughput is printed.  A
+#     waiting line fills meanwhile: every place given before the crash is
+#     on the promoted standby with its ticket, the line admits on from where
+#     it was, no ticket goes to two buyers, and later joins queue behind.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
@@ -35,11 +38,13 @@ prefix="failover$$"
 work=$(mktemp -d -p "$SECKILL_TMP" failover.XXXXXX)
 chown postgres: "$work"
 relay=
+line_client=
 
 # socat forks a process per connection: signal them all
 relay_signal() { kill "-$1" "$relay" $(pgrep -P "$relay") 2>/dev/null; }
 cleanup() {
 	[ -n "$relay" ] && relay_signal KILL
+	[ -n "$line_client" ] && kill "$line_client" 2>/dev/null
 	pair_cleanup primary standby sync
 	[ "${SECKILL_KEEP:-0}" = 1 ] || rm -rf "$work"
 }
@@ -244,21 +249,66 @@ sync_goods="failover-sync-$$"
 val "$new" "SELECT seckill_campaign_create('$sync_goods', 1000000)" >/dev/null
 is "$(val "$new" "SELECT seckill_preheat('$sync_goods')")" 1000000 "sync: a campaign of 1,000,000, preheated" || finish
 
+line_goods="failover-line-$$"
+val "$new" "SELECT seckill_campaign_create('$line_goods', 1000)" >/dev/null
+val "$new" "SELECT seckill_campaign_set('$line_goods', '{\"queue\": {\"admit_rate\": 50, \"admit_factor\": 1, \"pass_ttl\": \"10 minutes\"}}')" >/dev/null
+is "$(val "$new" "SELECT seckill_preheat('$line_goods')")" 1000 "sync: a campaign of 1,000 with a waiting room, preheated" ||
+	finish
+# placed_after ms: the joins answered with a place after that time
+placed_after() { awk -v t="$1" '$4 > t && ($2 == "waiting" || $2 == "admitted")' "$work/line.answers" | wc -l; }
+# line port: the mark the line has admitted through, as that server's table says
+line() {
+	val "$1" "SELECT coalesce((SELECT l.admitted_through FROM seckill.queue_lines l
+		JOIN seckill.campaigns c ON c.id = l.campaign_id WHERE c.goods = '$line_goods'), 0)" 2>/dev/null
+}
+
 sale sync "$sync_goods" 24 "$(dsn "$new")" "$(dsn "$sync_port")"
 seckill_wait_for "[ \$(oks '$work/sync.answers') -ge 2000 ]" 30
 ok "[ $? -eq 0 ]" "sync: the sale is under way" || finish
 sync_rate=$(throughput "$work/sync.answers")
+: >"$work/line.answers"
+/usr/bin/python3 "$SECKILL_ROOT/test/t/failover_client.py" --join "$work/line.answers" "$line_goods" 8 300 \
+	"$work/stop" "$(dsn "$new")" "$(dsn "$sync_port")" 2>"$work/line.client.err" &
+line_client=$!
+seckill_wait_for "[ \$(placed_after 0) -ge 1000 ] && [ \$(line $new) -ge 100 ]" 30
+ok "[ $? -eq 0 ]" "sync: a waiting line fills beside the sale, and admits" || finish
+admitted=$(line "$new")
 pgctl standby -m immediate stop >/dev/null
 ok "[ $? -eq 0 ]" "sync: the primary stopped at once (immediate)"
+# every answer logged until now came from the old primary
+crashed_ms=$(now_ms)
 pgctl sync -w promote >/dev/null &&
 	seckill_wait_for "[ \"\$(val $sync_port 'SELECT pg_is_in_recovery()' 2>/dev/null)\" = f ]" 30
 ok "[ $? -eq 0 ]" "sync: the standby is promoted" || finish
 promoted_line=$(wc -l <"$work/sync.answers")
+# every answer logged from now on comes from the new primary
+promoted_ms=$(now_ms)
 seckill_wait_for "[ \$(oks_after '$work/sync.answers' $promoted_line) -ge 500 ]" 30
 ok "[ $? -eq 0 ]" "sync: the clients buy on from the new primary"
+seckill_wait_for "[ \$(placed_after $promoted_ms) -ge 200 ]" 30
+ok "[ $? -eq 0 ]" "sync: joins go on on the new primary"
 stop_sale
-diag "sync: answers $(statuses "$work/sync.answers")"
+wait "$line_client"
+line_client=
+diag "sync: answers $(statuses "$work/sync.answers")" "sync: joins $(statuses "$work/line.answers")"
 load sync "$sync_port"
+load line "$sync_port"
+ok "[ \$(line $sync_port) -ge $admitted ]" "sync: the line admitted through ticket $admitted before the crash, $(line "$sync_port") on the promoted standby"
+is "$(val "$sync_port" "SELECT count(*) FROM answers_line a WHERE a.status IN ('waiting', 'admitted') AND a.at_ms <= $crashed_ms
+	AND NOT EXISTS (SELECT 1 FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id
+		WHERE c.goods = '$line_goods' AND p.user_id = a.user_id AND p.ticket::text = a.order_id)")" 0 \
+	"sync: every place given before the crash is on the promoted standby, with its ticket ($(($(placed_after 0) - $(placed_after "$crashed_ms"))) places)"
+is "$(val "$sync_port" "SELECT count(*) FROM answers_line a, seckill_queue_status(a.user_id, '$line_goods') s
+	WHERE a.status IN ('waiting', 'admitted') AND s.state NOT IN ('waiting', 'admitted')")" 0 \
+	"sync: and every buyer who got one is told waiting or admitted there"
+is "$(val "$sync_port" "SELECT count(*) FROM (SELECT order_id FROM answers_line WHERE status IN ('waiting', 'admitted')
+	GROUP BY 1 HAVING count(DISTINCT user_id) > 1) d")" 0 "sync: no ticket was given to two buyers"
+is "$(val "$sync_port" "SELECT min(order_id::bigint) > (SELECT max(order_id::bigint) FROM answers_line
+	WHERE status IN ('waiting', 'admitted') AND at_ms <= $crashed_ms)
+	FROM answers_line WHERE status IN ('waiting', 'admitted') AND at_ms > $promoted_ms")" t \
+	"sync: the joins after the promotion queue behind every place given before the crash"
+# (its line's turns commit too: closed, it leaves the worker to section 5's purchase)
+val "$sync_port" "SELECT seckill_close('$line_goods')" >/dev/null
 is "$(val "$sync_port" "SELECT count(*) FROM answers_sync a WHERE a.status = 'ok' AND NOT EXISTS
 	(SELECT 1 FROM seckill.orders o WHERE o.id = a.order_id::bigint AND o.user_id = a.user_id)")" 0 \
 	"sync: every acked order is on the promoted standby, with its user ($(oks "$work/sync.answers") acks)"

@@ -1,13 +1,14 @@
 #!/usr/bin/python3
 """A crowd for test/t/88_failover.t that logs every answer outside PostgreSQL.
 
-    failover_client.py LOG GOODS THREADS SECONDS STOP_FILE DSN...
+    failover_client.py [--join] LOG GOODS THREADS SECONDS STOP_FILE DSN...
 
 Each thread buys for its own users, t<thread>-1, t<thread>-2, ..., one call
 after another, and appends each answer to LOG as "user status order_id ms"
 ("-" for no id), or "user error SQLSTATE ms" ("conn" when the connection
 broke with no SQLSTATE); ms is when the answer came, in milliseconds since
-the Unix epoch.  A connection that fails is replaced by the first DSN that
+the Unix epoch.  With --join its users join the campaign's waiting line
+instead, and the answers are "user state ticket ms".  A connection that fails is replaced by the first DSN that
 accepts one, tried in order.  Runs until STOP_FILE exists or SECONDS passed.
 """
 import os
@@ -17,8 +18,14 @@ import time
 
 import psycopg
 
-log_path, goods, threads, seconds, stop_file = sys.argv[1:6]
-dsns = sys.argv[6:]
+args = sys.argv[1:]
+join = args[:1] == ["--join"]
+if join:
+    args = args[1:]
+log_path, goods, threads, seconds, stop_file = args[:5]
+dsns = args[5:]
+call = ("SELECT state, ticket FROM seckill_queue_join(%s, %s)" if join
+        else "SELECT status, order_id FROM seckill_buy(%s, %s)")
 deadline = time.monotonic() + float(seconds)
 log_lock = threading.Lock()
 log = open(log_path, "a", buffering=1)
@@ -56,9 +63,7 @@ def buyer(t):
         n += 1
         user = f"t{t}-{n}"
         try:
-            status, order_id = conn.execute(
-                "SELECT status, order_id FROM seckill_buy(%s, %s)", (user, goods)
-            ).fetchone()
+            status, order_id = conn.execute(call, (user, goods)).fetchone()
             record(f"{user} {status} {'-' if order_id is None else order_id}")
         except psycopg.Error as e:
             record(f"{user} error {e.sqlstate or 'conn'}")

@@ -8,8 +8,8 @@ after another, and appends each answer to LOG as "user status order_id ms"
 ("-" for no id), or "user error SQLSTATE ms" ("conn" when the connection
 broke with no SQLSTATE); ms is when the answer came, in milliseconds since
 the Unix epoch.  With --join its users join the campaign's waiting line
-instead, and the answers are "user state ticket ms".  A connection that fails is replaced by the first DSN that
-accepts one, tried in order.  Runs until STOP_FILE exists or SECONDS passed.
+instead, and the answers are "user state ticket ms".  A connection that
+fails is replaced by the first DSN that accepts one, tried in order.  Runs until STOP_FILE exists or SECONDS passed.
 """
 import os
 import sys

@@ -330,6 +330,22 @@ wait_for_requests(long timeout_ms)
 	pg_atomic_write_u32(&seckill_shared->worker_idle, 0);
 }
 
+/* The sooner of two waits in milliseconds, -1 being none. */
+static long
+sooner(long due, long ms)
+{
+	if (ms < 0)
+		return due;
+	return due < 0 ? ms : Min(due, ms);
+}
+
+/* A millisecond past a wait (-1: none), so that what it waits for is due. */
+static long
+just_after(long ms)
+{
+	return ms < 0 ? -1 : ms + 1;
+}
+
 /*
  * How long the idle worker may wait for requests (-1: no limit): until the
  * locks' watchdog, a kept lease, the audit, a blocked replay's retry or the
@@ -340,20 +356,15 @@ static long
 idle_timeout(long kept_due)
 {
 	long		due = -1;
-	long		lines_due = sk_waiting_room_wait();
 
 	if (keeper_due != DT_NOEND)
 		due = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), keeper_due) + 1;
 	if (sk_journal_needs_replay() || store_sql_outdated || seckill_shared->sales_from_database)
-		due = due < 0 ? 1000 : Min(due, 1000);
-	if (kept_due >= 0)
-		due = due < 0 ? kept_due + 1 : Min(due, kept_due + 1);
-	if (sk_audit_wait() >= 0)
-		due = due < 0 ? sk_audit_wait() + 1 : Min(due, sk_audit_wait() + 1);
-	if (sk_journal_retry_wait() >= 0)
-		due = due < 0 ? sk_journal_retry_wait() + 1 : Min(due, sk_journal_retry_wait() + 1);
-	if (lines_due >= 0)
-		due = due < 0 ? lines_due + 1 : Min(due, lines_due + 1);
+		due = sooner(due, 1000);
+	due = sooner(due, just_after(kept_due));
+	due = sooner(due, just_after(sk_audit_wait()));
+	due = sooner(due, just_after(sk_journal_retry_wait()));
+	due = sooner(due, just_after(sk_waiting_room_wait()));
 	return due;
 }
 

@@ -15,7 +15,7 @@ slots_in_use() { psql_val "SELECT slots_in_use FROM seckill.stats WHERE campaign
 
 sale_begin "slots-$(date +%s)-$$" 1000000
 is "$(slots_in_use)" 0 "no slot in use before the load"
-sale_crowd 30 crowd 1000000000 32 100000
+sale_crowd until crowd 1000000000 32 100000
 seckill_wait_for "sale_orders_at_least 2000" 30
 ok "[ $? -eq 0 ]" "32 sessions buy as fast as they can"
 
@@ -36,7 +36,7 @@ done
 cancel_errors=$(($(grep -c 'canceling statement due to user request' "$log" || true) - cancel_errors_before))
 ok "[ $cancels -ge 90 ] && [ $terms -eq 4 ]" "$cancels cancels and $terms SIGTERMs of the worker under load"
 ok "[ $cancel_errors -gt 0 ]" "$cancel_errors cancel(s) broke into a round"
-wait "$SALE_CROWD"
+crowd_done crowd
 ok "[ $(sale_orders) -gt 0 ]" "the sale went on: $(sale_orders) orders"
 
 seckill_wait_for "[ \"\$(slots_in_use)\" = 0 ]" 10

@@ -11,6 +11,8 @@
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
+# shellcheck source=test/t/sale.sh
+. "$(dirname "$0")/sale.sh"
 
 log=$SECKILL_TMP/postgresql.log
 seed=${SECKILL_GARBAGE_SEED:-$((RANDOM * 32768 + RANDOM))}
@@ -54,10 +56,11 @@ restart_worker() {
 # buyers call all along, each call bounded by the request timeout
 cat >"$work/buy.sql" <<SQL
 \set u random(1, 1000000000)
-SELECT try_buy('g-' || :u, '$goods');
+SELECT try_buy('g-' || :u, '$goods') FROM crowd_on('buyers');
 SQL
 psql -Xq -v ON_ERROR_STOP=1 -f "$SECKILL_ROOT/test/helpers.sql"
-pgbench -n -c 8 -j 2 -T 30 -f "$work/buy.sql" >"$work/crowd.out" 2>&1 &
+crowd_stoppable buyers
+pgbench -n -c 8 -j 2 -T 900 -f "$work/buy.sql" >"$work/crowd.out" 2>&1 &
 crowd=$!
 
 # 1. one server, one reply of each connection garbage
@@ -103,7 +106,9 @@ for kind in many-reachable many-unreachable; do
 		diag "the last answer: $(cat "$work/probe")"
 done
 rm -f "$work/mode"
+crowd_stop buyers
 wait "$crowd"
+crowd_stopped buyers "$work/crowd.out"
 seckill_configure "RESET seckill.redis_cluster" "RESET seckill.redis_port" "RESET seckill.redis_timeout"
 kill "$fake" 2>/dev/null
 fake=

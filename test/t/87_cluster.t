@@ -333,8 +333,9 @@ is "$(owner "$prefix:{c:$(psql_val "SELECT id FROM seckill.campaigns WHERE goods
 	"kill: a bystander campaign on port $other"
 cat >"$work/bystander.sql" <<SQL
 \set u random(1, 1000000000)
-SELECT bystander_buy('bystander-' || :u, '$goods-bystander');
+SELECT bystander_buy('bystander-' || :u, '$goods-bystander') FROM crowd_on('bystander');
 SQL
+crowd_stoppable bystander
 bystander() { # bystander status since [until]
 	psql_val "SELECT count(*) FROM bystander_answers WHERE status = '$1' AND at >= '$2'
 		AND at < coalesce(nullif('${3:-}', ''), 'infinity')::timestamptz"
@@ -344,7 +345,7 @@ sale_begin "$goods-failover" 40000
 psql_val "ALTER TABLE stampede_answers ADD COLUMN at timestamptz DEFAULT clock_timestamp()"
 is "$(owner "$prefix:{c:$SALE_CID}:meta")" "$seed" "kill: campaign $SALE_CID is on the seed, port $seed (its replica: $replica)"
 under_way kill
-pgbench -n -c 16 -j 2 -R 500 -T 14 -f "$work/bystander.sql" >"$work/bystander.out" 2>&1 &
+pgbench -n -c 16 -j 2 -R 500 -T 900 -f "$work/bystander.sql" >"$work/bystander.out" 2>&1 &
 BYSTANDER=$!
 seckill_wait_for "[ \$(bystander ok '$since') -ge 200 ]" 10
 kill -KILL "$(cat "$work/redis-$seed/pid")"
@@ -357,8 +358,10 @@ seckill_wait_for "[ \"\$(role $replica)\" = master ] && seckill_cluster_ok $othe
 ok "[ $? -eq 0 ]" "kill: the seed's master killed, its replica promoted ($(($(now_ms) - started)) ms)" || finish
 promoted=$(pg_now)
 resumed kill "$replica"
+crowd_stop bystander
 wait "$BYSTANDER"
 BYSTANDER=
+crowd_stopped bystander "$work/bystander.out"
 diag "kill: the bystander's answers while the master was down: $(psql_val "SELECT coalesce(string_agg(status || ' '
 	|| n, ', '), 'none') FROM (SELECT status, count(*) n FROM bystander_answers WHERE at >= '$killed'
 	AND at < '$promoted' GROUP BY 1 ORDER BY 1) s")"

@@ -123,10 +123,10 @@ named_by_all() {
 	done
 }
 
-# crowd seconds name: 32 connections, 1,000 calls/s in all (sale.sh's
-# sale_crowd); its pid in CROWD
+# crowd name: 32 connections, 1,000 calls/s in all (sale.sh's sale_crowd),
+# buying until its section's end stops it (crowd_end); its pid in CROWD
 crowd() {
-	sale_crowd "$1" "$2" 30000 32 1000
+	sale_crowd until "$1" 30000 32 1000
 	CROWD=$SALE_CROWD
 }
 
@@ -171,7 +171,7 @@ ok "[ $? -eq 0 ]" "discovery: and on its replica"
 since=$(pg_now)
 mark=$(wc -c <"$log")
 comp=$(compensations)
-crowd 14 failover
+crowd failover
 seckill_wait_for "[ \$(oks_since '$since') -ge 1000 ]" 30
 ok "[ $? -eq 0 ]" "failover: the sale is under way" || finish
 is "$(rcli "${sentinel_ports[0]}" SENTINEL FAILOVER mymaster)" OK "failover: SENTINEL FAILOVER mymaster"
@@ -195,8 +195,7 @@ comp=$(compensations)
 socat TCP-LISTEN:"$relay_port",bind=127.0.0.1,reuseaddr,fork TCP:127.0.0.1:"$master" &
 relay=$!
 seckill_wait_for "(exec 3<>/dev/tcp/127.0.0.1/$relay_port) 2>/dev/null" 10
-# (a crowd long enough to outlast the promotion and the rebuild on a busy machine)
-crowd 24 kill
+crowd kill
 rcli "$replica" REPLICAOF 127.0.0.1 "$relay_port" >/dev/null
 seckill_wait_for "replicates $replica $relay_port" 10
 ok "[ $? -eq 0 ]" "kill: the replica replicates through a relay on port $relay_port" || finish
@@ -238,7 +237,7 @@ master=$replica
 # 4. The old master back, empty and a master of its own until the sentinels
 #    turn it into a replica
 since=$(pg_now)
-crowd 16 rejoin
+crowd rejoin
 seckill_wait_for "[ \$(oks_since '$since') -ge 300 ]" 30
 ok "[ $? -eq 0 ]" "rejoin: the sale is under way" || finish
 redis_start "$old"

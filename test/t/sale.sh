@@ -46,6 +46,15 @@ crowd_stopped() {
 		diag "$(grep 'aborted in command' "$2" | grep -v 'stopped' | head -3)"
 }
 
+# crowd_done name: a crowd of sale_crowd until, stopped and waited for;
+# every call it made returned (statuses or caught errors)
+crowd_done() {
+	crowd_stop "$1"
+	wait "$SALE_CROWD"
+	ok "grep -q 'number of failed transactions: 0' '$SALE_WORK/$1.out'" "$1: every call of the crowd returned"
+	crowd_stopped "$1" "$SALE_WORK/$1.out"
+}
+
 # sale_crowd seconds|until name [users [connections [rate]]]: 64
 # connections, 2,000 calls/s in all, users drawn from [1, users] (default
 # 30,000) so that many ask twice; in the background, its pid in SALE_CROWD,

@@ -37,6 +37,41 @@
 static uint32 put_back_for = 0;
 static uint64 put_back_connection = 0;
 
+/*
+ * The leases this worker released lately, each kept until it would have
+ * run out in Redis anyway.  A Redis that lost the releases (a replica
+ * promoted before it received them) holds them still, and would keep every
+ * taker of those locks waiting until they expire: put_back_if_lost()
+ * releases them again before it puts back what is held.  That is safe:
+ * each one's owner let go, and a release deletes only its owner's lease.
+ * The oldest are forgotten first; a forgotten one only runs out.
+ */
+typedef struct Released
+{
+	char		name[SK_LOCK_NAME_LEN + 1];
+	char		owner[SK_LOCK_OWNER_LEN];
+	SeckillLockMode mode;
+	TimestampTz until;			/* when its lease would have run out */
+} Released;
+
+#define SK_RELEASED_KEPT 256
+
+static Released released_lately[SK_RELEASED_KEPT];
+static int	released_next = 0;
+
+/* A lease just released in Redis (under the lock table's lock). */
+static void
+remember_released(const SeckillLockEntry *e)
+{
+	Released   *r = &released_lately[released_next];
+
+	strlcpy(r->name, e->name, sizeof(r->name));
+	strlcpy(r->owner, e->owner, sizeof(r->owner));
+	r->mode = e->mode;
+	r->until = TimestampTzPlusMilliseconds(e->renewed_at, e->lease_ms);
+	released_next = (released_next + 1) % SK_RELEASED_KEPT;
+}
+
 /* What a lease script does to a SQL caller's lock. */
 typedef enum LockStep
 {
@@ -293,9 +328,13 @@ put_back_if_lost(void)
 	uint64		connection = sk_redis_generation();
 	TimestampTz now = GetCurrentTimestamp();
 	PutBack    *locks;
+	Released   *again;
 	SkScriptCall *calls;
 	int		   *result;
+	int		   *put;			/* the results of the put-backs */
 	int			n = 0,
+				nagain = 0,
+				released = 0,
 				holders = 0,
 				lost = 0;
 	bool		failed = false;
@@ -303,6 +342,10 @@ put_back_if_lost(void)
 
 	if ((losses == put_back_for && connection == put_back_connection) || sk_redlock_enabled())
 		return;
+	again = palloc(sizeof(Released) * SK_RELEASED_KEPT);
+	for (int i = 0; i < SK_RELEASED_KEPT; i++)
+		if (released_lately[i].until > now)
+			again[nagain++] = released_lately[i];
 	locks = palloc(sizeof(PutBack) * seckill_max_locks);
 	LWLockAcquire(seckill_lock_table->lock, LW_SHARED);
 	for (int i = 0; i < seckill_max_locks; i++)
@@ -322,27 +365,36 @@ put_back_if_lost(void)
 		n++;
 	}
 	LWLockRelease(seckill_lock_table->lock);
-	if (n == 0)
+	if (n == 0 && nagain == 0)
 	{
 		put_back_for = losses;
 		put_back_connection = connection;
 		return;
 	}
 	qsort(locks, n, sizeof(PutBack), waiters_in_order);
-	calls = palloc(sizeof(SkScriptCall) * n);
+	/* the releases again, then the holders, then the waiters in line */
+	calls = palloc(sizeof(SkScriptCall) * (nagain + n));
+	for (int i = 0; i < nagain; i++)
+		calls[i] = lock_call(STEP_GIVE, again[i].mode, again[i].name, again[i].owner, 0, false);
 	for (int i = 0; i < n; i++)
-		calls[i] = lock_call(locks[i].waiter ? STEP_TAKE : STEP_PUT_BACK, locks[i].mode, locks[i].name,
-							 locks[i].owner, locks[i].lease_ms, true);
-	result = palloc(sizeof(int) * n);
-	if (!sk_lease_run(calls, n, false, result, NULL, why, sizeof(why)))
+		calls[nagain + i] = lock_call(locks[i].waiter ? STEP_TAKE : STEP_PUT_BACK, locks[i].mode,
+									  locks[i].name, locks[i].owner, locks[i].lease_ms, true);
+	result = palloc(sizeof(int) * (nagain + n));
+	if (!sk_lease_run(calls, nagain + n, false, result, NULL, why, sizeof(why)))
 		return;
+	for (int i = 0; i < nagain; i++)
+	{
+		failed |= result[i] == SK_LEASE_FAILED;
+		released += result[i] == SK_LEASE_YES;
+	}
+	put = result + nagain;
 	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < holders; i++)
 	{
 		SeckillLockEntry *e = seckill_lock_of_owner(locks[i].owner);
 
-		failed |= result[i] == SK_LEASE_FAILED;
-		if (result[i] != SK_LEASE_NO || e == NULL || e->state != LOCK_HELD)
+		failed |= put[i] == SK_LEASE_FAILED;
+		if (put[i] != SK_LEASE_NO || e == NULL || e->state != LOCK_HELD)
 			continue;
 		e->state = LOCK_LOST;
 		lost++;
@@ -352,15 +404,25 @@ put_back_if_lost(void)
 	}
 	LWLockRelease(seckill_lock_table->lock);
 	for (int i = holders; i < n; i++)
-		failed |= result[i] == SK_LEASE_FAILED;
-	if (losses != put_back_for)
+		failed |= put[i] == SK_LEASE_FAILED;
+	/* a lock whose lost release held up its takers: they look again */
+	for (int i = 0; i < nagain; i++)
+		if (result[i] == SK_LEASE_YES)
+			wake_waiters(again[i].name);
+	if (n == 0 && released == 0 && !failed)
+		;						/* nothing was held, nor released lately and still there */
+	else if (losses != put_back_for)
 		ereport(LOG,
-				(errmsg("seckill worker put back %d lock lease(s) and %d place(s) in a fair line in Redis, which had lost them%s",
-						holders - lost, n - holders, failed ? "; some were refused and are tried again" : "")));
+				(errmsg("seckill worker put back %d lock lease(s) and %d place(s) in a fair line in Redis, which had lost them%s%s",
+						holders - lost, n - holders,
+						released > 0 ? psprintf(", and released again %d lease(s) whose release it had lost", released) : "",
+						failed ? "; some were refused and are tried again" : "")));
 	else
 		ereport(LOG,
-				(errmsg("seckill worker kept %d lock lease(s) and %d place(s) in a fair line in Redis across its reconnection%s",
-						holders - lost, n - holders, failed ? "; some were refused and are tried again" : "")));
+				(errmsg("seckill worker kept %d lock lease(s) and %d place(s) in a fair line in Redis across its reconnection%s%s",
+						holders - lost, n - holders,
+						released > 0 ? psprintf(", and released again %d lease(s) whose release it had lost", released) : "",
+						failed ? "; some were refused and are tried again" : "")));
 	if (!failed)
 	{
 		put_back_for = losses;
@@ -648,7 +710,11 @@ released(const SeckillRequest *request, SeckillReply *reply, int result, bool re
 	LWLockAcquire(seckill_lock_table->lock, LW_EXCLUSIVE);
 	e = seckill_lock_of_owner(owner);
 	if (e != NULL)
+	{
+		if (result == SK_LEASE_YES)
+			remember_released(e);
 		e->state = LOCK_FREE;
+	}
 	LWLockRelease(seckill_lock_table->lock);
 	wake_waiters(request->lock.name);
 	reply->status = SK_OK;
@@ -826,6 +892,8 @@ sk_lock_keeper_tick(void)
 		}
 		if (jobs[i].release)
 		{
+			if (result[i] == SK_LEASE_YES)
+				remember_released(e);
 			e->state = LOCK_FREE;
 			wake_waiters_locked(jobs[i].name);
 		}

@@ -169,6 +169,24 @@ seckill_wait_for "[ \"\$(lock_state survivor)\" = none ]" 5
 ok "[ $? -eq 0 ]" "the lock is gone from seckill.locks"
 seckill_configure "RESET seckill.lock_lease"
 
+# --- a release Redis lost (a replica promoted before it received it) --------
+# Before the worker puts leases back (after a data loss, or on a new
+# connection) it releases again those it released lately: the lease
+# released does not keep takers out until it runs out (30 s).
+session_hold "SELECT seckill_lock('ghost');"
+ghost=$(seckill_redis_cli GET "$prefix:{lock:ghost}")
+session_end "SELECT seckill_unlock('ghost');"
+is "$(tail -n 1 "$SESSION_OUT")" t "a lock taken and released"
+seckill_redis_cli SET "$prefix:{lock:ghost}" "$ghost" PX 30000 >/dev/null
+is "$(psql_val "SELECT seckill_lock('ghost') IS NULL")" t "its lease put back in Redis as if the release were lost: nobody gets the lock"
+before=$(grep -c 'released again 1 lease' "$SECKILL_TMP/postgresql.log")
+seckill_redis_cli CLIENT KILL TYPE normal >/dev/null
+t0=$(now_ms)
+is "$(psql_val "SELECT seckill_lock('ghost', '10 s') IS NOT NULL; SELECT seckill_unlock('ghost')")" "t
+t" "once the worker reconnected, a taker has the lock ($(($(now_ms) - t0)) ms)"
+ok "[ \$(grep -c 'released again 1 lease' '$SECKILL_TMP/postgresql.log') -gt $before ]" \
+	"the worker released the lost release's lease again, as the server log says"
+
 # --- the holder's backend killed with SIGKILL -------------------------------
 psql -XAtq -c "SELECT seckill_lock('crashy', '0', '2 s')" -c "SELECT pg_sleep(30)" >/dev/null 2>&1 &
 holder=$!

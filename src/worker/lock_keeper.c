@@ -315,11 +315,12 @@ waiters_in_order(const void *a, const void *b)
  * worker reconnected (places in a fair line lapse while their waiters cannot
  * reach Redis to keep them): put back every lease this cluster's callers
  * hold, with what is left of it, then the fair waiters in the order they
- * came, before any other lock script runs.  Every taker of this cluster
- * goes through this worker, so none is granted a lock another of its
- * sessions holds.  A lease another owner took meanwhile (a taker of another
- * cluster) is lost.  Tried again at the next lock script when Redis could
- * not be reached.
+ * came, before any other lock script runs; first it releases again the
+ * leases it released lately (released_lately), which such a Redis may
+ * still hold.  Every taker of this cluster goes through this worker, so
+ * none is granted a lock another of its sessions holds.  A lease another
+ * owner took meanwhile (a taker of another cluster) is lost.  Tried again
+ * at the next lock script when Redis could not be reached.
  */
 static void
 put_back_if_lost(void)
@@ -409,20 +410,21 @@ put_back_if_lost(void)
 	for (int i = 0; i < nagain; i++)
 		if (result[i] == SK_LEASE_YES)
 			wake_waiters(again[i].name);
-	if (n == 0 && released == 0 && !failed)
-		;						/* nothing was held, nor released lately and still there */
-	else if (losses != put_back_for)
-		ereport(LOG,
-				(errmsg("seckill worker put back %d lock lease(s) and %d place(s) in a fair line in Redis, which had lost them%s%s",
-						holders - lost, n - holders,
-						released > 0 ? psprintf(", and released again %d lease(s) whose release it had lost", released) : "",
-						failed ? "; some were refused and are tried again" : "")));
-	else
-		ereport(LOG,
-				(errmsg("seckill worker kept %d lock lease(s) and %d place(s) in a fair line in Redis across its reconnection%s%s",
-						holders - lost, n - holders,
-						released > 0 ? psprintf(", and released again %d lease(s) whose release it had lost", released) : "",
-						failed ? "; some were refused and are tried again" : "")));
+	if (n > 0 || released > 0 || failed)
+	{
+		const char *again_said = released == 0 ? "" :
+			psprintf(", and released again %d lease(s) whose release it had lost", released);
+		const char *refused = failed ? "; some were refused and are tried again" : "";
+
+		if (losses != put_back_for)
+			ereport(LOG,
+					(errmsg("seckill worker put back %d lock lease(s) and %d place(s) in a fair line in Redis, which had lost them%s%s",
+							holders - lost, n - holders, again_said, refused)));
+		else
+			ereport(LOG,
+					(errmsg("seckill worker kept %d lock lease(s) and %d place(s) in a fair line in Redis across its reconnection%s%s",
+							holders - lost, n - holders, again_said, refused)));
+	}
 	if (!failed)
 	{
 		put_back_for = losses;

@@ -46,13 +46,16 @@ crowd_stopped() {
 		diag "$(grep 'aborted in command' "$2" | grep -v 'stopped' | head -3)"
 }
 
-# crowd_done name: a crowd of sale_crowd until, stopped and waited for;
-# every call it made returned (statuses or caught errors)
+# crowd_done name [pid]: a crowd of sale_crowd waited for (pid, by default
+# SALE_CROWD's), stopped first if it buys until told; every call it made
+# returned (statuses or caught errors), and a stopped crowd's connections
+# ended when told, on nothing else
 crowd_done() {
-	crowd_stop "$1"
-	wait "$SALE_CROWD"
+	local until=0
+	grep -q "crowd_on('$1')" "$SALE_WORK/$1.sql" && until=1 && crowd_stop "$1"
+	wait "${2:-$SALE_CROWD}"
 	ok "grep -q 'number of failed transactions: 0' '$SALE_WORK/$1.out'" "$1: every call of the crowd returned"
-	crowd_stopped "$1" "$SALE_WORK/$1.out"
+	[ $until = 0 ] || crowd_stopped "$1" "$SALE_WORK/$1.out"
 }
 
 # sale_crowd seconds|until name [users [connections [rate]]]: 64
@@ -231,13 +234,8 @@ figures() {
 # After a crowd of sale_crowd (its pid in CROWD), of a test with Redis
 # servers of its own: what became of the calls, and of the campaign
 crowd_end() {
-	local until=0
-	grep -q "crowd_on('$1')" "$SALE_WORK/$1.sql" && until=1
-	[ $until = 1 ] && crowd_stop "$1"
-	wait "$CROWD"
+	crowd_done "$1" "$CROWD"
 	CROWD=
-	ok "grep -q 'number of failed transactions: 0' '$SALE_WORK/$1.out'" "$1: every call of the crowd returned"
-	[ $until = 1 ] && crowd_stopped "$1" "$SALE_WORK/$1.out"
 	local slowest
 	slowest=$(sale_slowest "$1")
 	ok "[ $slowest -lt 6000 ]" "$1: the slowest call took $slowest ms (request timeout 5000 ms)"

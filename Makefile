@@ -35,6 +35,11 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wmissing-prototypes -Wno-unused-parameter \
 	-Wno-sign-compare -Wno-missing-field-initializers
 SHLIB_LINK = -lhiredis -lssl -lcrypto
 
+# No bitcode for JIT inlining: seckill's functions are C called through the
+# function manager, nothing a JIT-compiled expression could inline, and
+# clang doubled the build's time
+override with_llvm = no
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
@@ -42,12 +47,19 @@ include $(PGXS)
 # after PGXS, which sets it too
 CONTRIB_TESTDB = postgres
 
+# An earlier version's bitcode left installed would be inlined by the JIT in
+# place of this build's code
+install: uninstall-bitcode
+.PHONY: uninstall-bitcode
+uninstall-bitcode:
+	rm -rf '$(DESTDIR)$(pkglibdir)/bitcode/$(MODULE_big)' '$(DESTDIR)$(pkglibdir)/bitcode/$(MODULE_big).index.bc'
+
 src/layout/lua_scripts.h: $(LUA) lua/embed.sh
 	sh lua/embed.sh $(LUA) > $@
 
-# PGXS tracks no header dependencies: every object depends on every header
-# (the bitcode for JIT inlining too), and layout/scripts.c embeds the scripts.
-$(OBJS) $(OBJS:.o=.bc): $(SECKILL_HEADERS) src/layout/lua_scripts.h src/build_flags
+# PGXS tracks no header dependencies: every object depends on every header,
+# and layout/scripts.c embeds the scripts.
+$(OBJS): $(SECKILL_HEADERS) src/layout/lua_scripts.h src/build_flags
 
 # A change of the flags (CRASH_POINTS) rebuilds every object.
 src/build_flags: FORCE

@@ -15,7 +15,8 @@ at() {
 	shift
 	psql -XAtq -h 127.0.0.1 -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"
 }
-val() { at "$1" -c "$2"; }
+# val port SQL: psql_val on that server
+val() { PGHOST=127.0.0.1 PGPORT=$1 PGUSER=postgres PGDATABASE=postgres psql_val "$2"; }
 # pgctl server pg_ctl-arguments...
 pgctl() {
 	local dir=$1

@@ -60,8 +60,151 @@ is() {
 	fi
 }
 
+# psql_val SQL: the rows of one SQL statement as psql -XAtq -c prints them,
+# its notices and errors on stderr, status 1 when it failed and 2 when the
+# server could not be reached.  A new connection costs this machine about
+# 50 ms of CPU (psql's start, the backend's fork), so psql_val sends its
+# statement through one psql session kept open for the test (psql_session),
+# unless that could change what the statement does: several statements,
+# psql's own commands, what leaves something behind in a session or looks
+# at the sessions (PSQL_OWN_CONNECTION), or every statement when
+# SECKILL_PSQL_SESSION=0.  Those get a connection of their own.
+PSQL_OWN_CONNECTION="[;\\]|seckill_[a-z_]*lock|advisory|set_config|backend_pid|pg_stat_activity|terminate|cancel_backend"
+PSQL_OWN_CONNECTION+="|(^|[^a-z_])temp(orary)?[[:space:]]|listen|notify|prepare|declare|cursor|copy|stdin|reload_conf|dblink"
+PSQL_OWN_CONNECTION+="|^[[:space:]]*(set|reset|begin|start|discard|alter[[:space:]]+(database|role|user|system))"
 psql_val() {
-	psql -XAtq -v ON_ERROR_STOP=1 -c "$1"
+	local quotes=${1//[^\']/}
+	if [ "${SECKILL_PSQL_SESSION:-1}" = 1 ] && [ $((${#quotes} % 2)) = 0 ] && ! [[ ${1,,} =~ $PSQL_OWN_CONNECTION ]]; then
+		psql_session "$1"
+	else
+		psql -XAtq -v ON_ERROR_STOP=1 -c "$1"
+	fi
+}
+
+# The sessions: psqls reading statements from a FIFO and writing rows to
+# another, each statement followed by an \echo of a marker and :ERROR, their
+# stderr in a file; one for each PG* environment the test uses (the servers
+# it talks to), up to PSQL_SLOTS at once.  The test's shell holds the FIFOs
+# open, so a psql reads EOF and ends when the test and everything it
+# started have ended.  Every subshell of the test ($(psql_val ...), a job in
+# the background) uses them, one statement at a time: a statement that
+# comes while another is under way gets a connection of its own, and never
+# waits for it.  A session starts on first use, and again when it ended (a
+# server restarted, its connection killed: psql ends when it finds its
+# connection lost).  A ping goes first, and the statement counts as sent
+# once the ping came back, so none is run twice, and one that meets a lost
+# connection fails with status 2, as on a connection of its own.
+PSQL_SLOTS=4
+PSQL_DIR=$(mktemp -d -p "${SECKILL_TMP:-/tmp}" psql.XXXXXX)
+PSQL_REQ=()
+PSQL_RESP=()
+for ((PSQL_SLOT = 0; PSQL_SLOT < PSQL_SLOTS; PSQL_SLOT++)); do
+	mkfifo "$PSQL_DIR/req.$PSQL_SLOT" "$PSQL_DIR/resp.$PSQL_SLOT"
+	exec {PSQL_REQ[PSQL_SLOT]}<>"$PSQL_DIR/req.$PSQL_SLOT" {PSQL_RESP[PSQL_SLOT]}<>"$PSQL_DIR/resp.$PSQL_SLOT"
+done
+psql_session() {
+	local key= v lock pid= fresh=0 marker=psql-session-$BASHPID-$RANDOM rc=0
+	for v in ${!PG*}; do key+="$v=${!v} "; done
+	exec {lock}>>"$PSQL_DIR/lock"
+	if ! flock -n "$lock"; then
+		exec {lock}>&-
+		psql -XAtq -v ON_ERROR_STOP=1 -c "$1"
+		return
+	fi
+	psql_session_slot "$key"
+	[ -s "$PSQL_DIR/pid.$PSQL_SLOT" ] && read -r pid <"$PSQL_DIR/pid.$PSQL_SLOT"
+	while :; do
+		if ! psql_session_alive "$pid"; then
+			psql_session_start "$key"
+			read -r pid <"$PSQL_DIR/pid.$PSQL_SLOT"
+			fresh=1
+		fi
+		: >"$PSQL_DIR/err.$PSQL_SLOT"
+		# (then its statistics flushed, as at the end of a connection of
+		# its own, for a statement that reads them next)
+		printf 'SELECT 1 \\g /dev/null\n\\echo %s-ping\n%s\n;\n\\set psql_session_error :ERROR\n%s\n\\echo %s :psql_session_error\n' \
+			"$marker" "$1" 'SELECT pg_stat_force_next_flush() \g /dev/null' "$marker" >&"${PSQL_REQ[PSQL_SLOT]}"
+		PSQL_OUT=
+		if ! psql_session_read "$pid" "$marker-ping"; then
+			psql_session_drain
+			# the connection was lost before the statement: a new session,
+			# unless this one was new, as a connection of its own would fail
+			[ $fresh = 1 ] && rc=2 && break
+			pid=
+			continue
+		fi
+		PSQL_OUT=
+		if psql_session_read "$pid" "$marker"; then
+			[ "${PSQL_LINE#"$marker "}" = true ] && rc=1
+		else
+			psql_session_drain
+			rc=2
+		fi
+		break
+	done
+	exec {lock}>&-
+	[ -s "$PSQL_DIR/err.$PSQL_SLOT" ] &&
+		while IFS= read -r v; do printf '%s\n' "$v"; done <"$PSQL_DIR/err.$PSQL_SLOT" >&2
+	[ -n "$PSQL_OUT" ] && printf '%s' "$PSQL_OUT"
+	return $rc
+}
+# psql_session_slot key: PSQL_SLOT, the slot of the session for that key;
+# else a free slot, else the next in turn, its session ended
+psql_session_slot() {
+	local slot old free= pid
+	for ((slot = 0; slot < PSQL_SLOTS; slot++)); do
+		old=
+		[ -s "$PSQL_DIR/key.$slot" ] && IFS= read -r old <"$PSQL_DIR/key.$slot"
+		[ "$old" = "$1" ] && PSQL_SLOT=$slot && return
+		[ -z "$old" ] && [ -z "$free" ] && free=$slot
+	done
+	if [ -z "$free" ]; then
+		read -r free <"$PSQL_DIR/turn" 2>/dev/null || free=0
+		echo $(((free + 1) % PSQL_SLOTS)) >"$PSQL_DIR/turn"
+		{ read -r pid <"$PSQL_DIR/pid.$free" && kill "$pid"; } 2>/dev/null
+		rm -f "$PSQL_DIR/pid.$free"
+	fi
+	PSQL_SLOT=$free
+	printf '%s\n' "$1" >"$PSQL_DIR/key.$PSQL_SLOT"
+}
+# psql_session_start: the slot's psql, none of the test's other files open
+# in it, not a child of the shell (wait waits not for it)
+psql_session_start() {
+	(
+		for v in /proc/$BASHPID/fd/*; do
+			v=${v##*/}
+			[ "$v" -gt 2 ] && eval "exec $v>&-"
+		done
+		psql -XAtq <"$PSQL_DIR/req.$PSQL_SLOT" >"$PSQL_DIR/resp.$PSQL_SLOT" 2>>"$PSQL_DIR/err.$PSQL_SLOT" &
+		echo $! >"$PSQL_DIR/pid.$PSQL_SLOT"
+	)
+}
+# psql_session_read pid marker: PSQL_OUT gains the lines before the one that
+# begins with marker (in PSQL_LINE); false when the session ended first
+psql_session_read() {
+	local part=
+	while :; do
+		if IFS= read -r -t 1 -u "${PSQL_RESP[PSQL_SLOT]}" PSQL_LINE; then
+			PSQL_LINE=$part$PSQL_LINE
+			part=
+			[[ $PSQL_LINE == "$2"* ]] && return 0
+			PSQL_OUT+=$PSQL_LINE$'\n'
+		else
+			part+=$PSQL_LINE
+			psql_session_alive "$1" || return 1
+		fi
+	done
+}
+# psql_session_alive pid: that psql runs (an ended one may stay a zombie
+# for a while: init reaps it)
+psql_session_alive() {
+	local state=
+	[ -n "$1" ] && { read -r _ _ state _ <"/proc/$1/stat"; } 2>/dev/null && [ "$state" != Z ]
+}
+# what a session that ended left in its FIFOs
+psql_session_drain() {
+	while IFS= read -r -d '' -t 0.05 -u "${PSQL_REQ[PSQL_SLOT]}" _; do :; done
+	while IFS= read -r -d '' -t 0.05 -u "${PSQL_RESP[PSQL_SLOT]}" _; do :; done
 }
 
 # session_hold "SQL": a psql session in the background that runs the SQL and

@@ -20,7 +20,7 @@
  */
 #include "worker/audit.h"
 
-#include "layout/keys.h"
+#include "layout/campaign_commands.h"
 #include "redis/redis.h"
 #include "shared/campaign_cache.h"
 #include "shared/shmem.h"
@@ -55,8 +55,8 @@ typedef enum Finding
 } Finding;
 
 /*
- * One campaign's replies: per shard, HMGET meta stock state epoch stale,
- * then HLEN journal.  Notes each shard's stock in the campaign cache.
+ * One campaign's replies, SK_SHARD_AUDIT_REPLIES a shard.  Notes each
+ * shard's stock in the campaign cache.
  */
 static Finding
 judge(const SeckillCampaignRow *row, const SkReply *r, int64 *in_redis)
@@ -67,26 +67,22 @@ judge(const SeckillCampaignRow *row, const SkReply *r, int64 *in_redis)
 	bool		lost = false;
 
 	*in_redis = 0;
-	for (int shard = 0; shard < nshards; shard++, r += 2)
+	for (int shard = 0; shard < nshards; shard++, r += SK_SHARD_AUDIT_REPLIES)
 	{
-		const SkReply *m = &r[0];
-		int64		epoch;
+		SkShardAudit a;
 
-		if (m->type != REDIS_REPLY_ARRAY || m->elements != 4 || r[1].type != REDIS_REPLY_INTEGER)
+		sk_shard_audit_answer(r, &a);
+		if (!a.known || a.epoch > ours)
 			return AUDIT_UNKNOWN;
-		epoch = m->element[2].str ? strtoll(m->element[2].str, NULL, 10) : 0;
-		if (epoch > ours)
-			return AUDIT_UNKNOWN;
-		journaled += r[1].integer;
+		journaled += a.journaled;
 		/* what lua/buy.lua answers not_loaded for */
-		if (m->element[0].str == NULL || m->element[1].str == NULL || m->element[3].str != NULL ||
-			(epoch != 0 && epoch < ours))
+		if (!a.loaded || (a.epoch != 0 && a.epoch < ours))
 		{
 			lost = true;
 			continue;
 		}
-		*in_redis += strtoll(m->element[0].str, NULL, 10);
-		seckill_campaign_note_stock(row->id, shard, strtoll(m->element[0].str, NULL, 10));
+		*in_redis += a.stock;
+		seckill_campaign_note_stock(row->id, shard, a.stock);
 	}
 	if (lost)
 		return AUDIT_LOST;
@@ -132,11 +128,7 @@ sk_audit(void)
 			continue;
 		audited = lappend(audited, row);
 		for (int shard = 0; shard < nshards; shard++)
-		{
-			sk_pipeline_add(&p, 6, (const char *[]) {"HMGET", sk_keys_shard(row->id, shard, nshards, "meta"),
-								"stock", "state", "epoch", "stale"}, NULL);
-			sk_pipeline_add(&p, 2, (const char *[]) {"HLEN", sk_keys_shard(row->id, shard, nshards, "journal")}, NULL);
-		}
+			sk_shard_audit_send(&p, row->id, shard, nshards);
 	}
 	if (audited == NIL)
 		return;
@@ -170,6 +162,6 @@ sk_audit(void)
 			case AUDIT_UNKNOWN:
 				break;
 		}
-		reply += 2 * Max(row->limits.shards, 1);
+		reply += SK_SHARD_AUDIT_REPLIES * Max(row->limits.shards, 1);
 	}
 }

@@ -13,8 +13,8 @@
 #include "worker/campaign_admin.h"
 
 #include "access/xlog.h"
+#include "layout/campaign_commands.h"
 #include "layout/keys.h"
-#include "layout/scripts.h"
 #include "miscadmin.h"
 #include "redis/redis.h"
 #include "shared/call.h"
@@ -43,8 +43,6 @@ sk_admin_close(const SeckillRequest *request, SeckillReply *reply)
 	int64		id = request->campaign_id;
 	SeckillCampaignRow row;
 	SkPipeline	p;
-	const char *keys[3];
-	char	   *ttl = "604800";
 
 	if (!sk_journal_replay_campaign(id, NULL, NULL))
 	{
@@ -68,12 +66,7 @@ sk_admin_close(const SeckillRequest *request, SeckillReply *reply)
 	/* Keep the closed campaign's keys a week for inspection, then let Redis drop them. */
 	sk_pipeline_init(&p);
 	for (int shard = 0; shard < Max(row.limits.shards, 1); shard++)
-	{
-		sk_keys_shard_set(id, shard, Max(row.limits.shards, 1), keys);
-		sk_pipeline_add(&p, 4, (const char *[]) {"HSET", keys[0], "state", "closed"}, NULL);
-		sk_pipeline_add(&p, 3, (const char *[]) {"EXPIRE", keys[0], ttl}, NULL);
-		sk_pipeline_add(&p, 3, (const char *[]) {"EXPIRE", keys[1], ttl}, NULL);
-	}
+		sk_shard_close_send(&p, id, shard, Max(row.limits.shards, 1), 7 * 24 * 3600);
 	if (sk_pipeline_exec(&p) == NULL)
 	{
 		seckill_reply_error(reply, SK_ERR_REDIS,
@@ -89,43 +82,42 @@ campaign_status(int64 id, SeckillReply *reply)
 {
 	SkPipeline	p;
 	SkReply    *r;
-	const char *keys[3];
 	SeckillCampaign *c = seckill_campaign_find(id);
 	int			nshards = sk_journal_campaign_shards(id);
+	int64		stock = 0,
+				buyers = 0,
+				journaled = 0;
 
 	sk_pipeline_init(&p);
 	for (int shard = 0; shard < nshards; shard++)
-	{
-		sk_keys_shard_set(id, shard, nshards, keys);
-		sk_pipeline_add(&p, 3, (const char *[]) {"HGET", keys[0], "stock"}, NULL);
-		sk_pipeline_add(&p, 2, (const char *[]) {"SCARD", keys[1]}, NULL);
-		sk_pipeline_add(&p, 2, (const char *[]) {"HLEN", keys[2]}, NULL);
-	}
+		sk_shard_counts_send(&p, id, shard, nshards);
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 	{
 		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
 		return;
 	}
-	for (int i = 0; i < 3 * nshards; i++)
-		if (sk_reply_is_error(&r[i]))
+	/* the sums over the shards; the stock is unknown (-1) when a shard lost it */
+	for (int shard = 0; shard < nshards; shard++, r += SK_SHARD_COUNTS_REPLIES)
+	{
+		SkShardCounts counts;
+
+		sk_shard_counts_answer(r, &counts);
+		if (counts.refused)
 		{
-			seckill_reply_error(reply, sk_reply_is_unreachable(&r[i]) ? SK_ERR_REDIS : SK_ERR_REDIS_REFUSED,
-								"%s", r[i].str);
+			seckill_reply_error(reply, sk_reply_is_unreachable(counts.refused) ? SK_ERR_REDIS : SK_ERR_REDIS_REFUSED,
+								"%s", counts.refused->str);
 			return;
 		}
-	/* the sums over the shards; the stock is unknown (-1) when a shard lost it */
+		stock = !counts.has_stock || stock < 0 ? -1 : stock + counts.stock;
+		buyers += counts.buyers;
+		journaled += counts.journaled;
+	}
 	reply->status = SK_OK;
 	memset(reply->values, 0, sizeof(reply->values));
-	for (int shard = 0; shard < nshards; shard++, r += 3)
-	{
-		if (r[0].type == REDIS_REPLY_NIL || reply->values[0] < 0)
-			reply->values[0] = -1;
-		else
-			reply->values[0] += sk_reply_int(&r[0]);
-		reply->values[1] += sk_reply_int(&r[1]);
-		reply->values[2] += sk_reply_int(&r[2]);
-	}
+	reply->values[0] = stock;
+	reply->values[1] = buyers;
+	reply->values[2] = journaled;
 	reply->values[3] = c != NULL && pg_atomic_read_u32(&c->sold_out) != 0;
 }
 
@@ -246,10 +238,9 @@ restock(const SkCancelled *c)
 	SkPipeline	p;
 	SkReply    *r;
 	int			nshards = sk_journal_campaign_shards(c->campaign_id);
-	const char **args = palloc(sizeof(char *) * (3 + list_length(c->users)));
 	int		   *sent = palloc(sizeof(int) * nshards);
 	int		   *sent_qty = palloc(sizeof(int) * nshards);
-	int			nsent = 0,
+	int			nsent,
 				lost = 0;
 	const char *why = NULL;
 
@@ -258,47 +249,32 @@ restock(const SkCancelled *c)
 
 	/* each shard gets back the stock of the buyers whose home it is */
 	sk_pipeline_init(&p);
-	for (int shard = 0; shard < nshards; shard++)
-	{
-		const char *keys[2] = {sk_keys_shard(c->campaign_id, shard, nshards, "meta"),
-		sk_keys_shard(c->campaign_id, shard, nshards, "buyers")};
-		int			nargs = 3,
-					qty = 0;
-		ListCell   *lu,
-				   *lq;
-
-		forboth(lu, c->users, lq, c->qtys)
-		{
-			if (sk_keys_home_shard(lfirst(lu), nshards) != shard)
-				continue;
-			args[nargs++] = lfirst(lu);
-			qty += lfirst_int(lq);
-		}
-		if (qty == 0)
-			continue;
-		args[0] = psprintf("%d", qty);
-		args[1] = c->rebuy ? "1" : "0";
-		args[2] = sk_epoch_arg();
-		sk_pipeline_script(&p, SK_SCRIPT_RESTOCK, 2, keys, nargs, args);
-		sent[nsent] = shard;
-		sent_qty[nsent++] = qty;
-	}
+	nsent = sk_restock_send(&p, c->campaign_id, nshards, c->rebuy, sk_epoch_arg(), c->users, c->qtys,
+							sent, sent_qty);
 	r = sk_pipeline_exec(&p);
 	for (int i = 0; i < nsent; i++)
 	{
-		if (r == NULL || sk_reply_is_error(&r[i]))
+		int64		stock;
+
+		if (r == NULL)
 		{
 			lost += sent_qty[i];
-			why = r ? r[i].str : sk_redis_error();
+			why = sk_redis_error();
 			continue;
 		}
-		/* -2: a newer primary sells it; this one's cancel is on a timeline left behind */
-		if (sk_reply_int(&r[i]) == -2)
+		switch (sk_restock_answer(&r[i], &stock, &why))
 		{
-			sk_epoch_fence("a restock was refused");
-			continue;
+			case SK_RESTOCK_FAILED:
+				lost += sent_qty[i];
+				break;
+			case SK_RESTOCK_FENCED:
+				/* this one's cancel is on a timeline left behind */
+				sk_epoch_fence("a restock was refused");
+				break;
+			case SK_RESTOCK_DONE:
+				seckill_campaign_note_stock(c->campaign_id, sent[i], stock);
+				break;
 		}
-		seckill_campaign_note_stock(c->campaign_id, sent[i], sk_reply_int(&r[i]));
 	}
 	if (lost > 0)
 		ereport(WARNING,
@@ -414,8 +390,7 @@ sk_admin_restock(const SeckillRequest *request, SeckillReply *reply)
 		/* the worker sells nothing meanwhile: the shards can be evened out */
 		sk_pipeline_init(&p);
 		for (int shard = 0; shard < nshards; shard++)
-			sk_pipeline_add(&p, 4, (const char *[]) {"HSET", sk_keys_shard(id, shard, nshards, "meta"),
-							"stock", psprintf("%d", sk_keys_shard_stock(stock, shard, nshards))}, NULL);
+			sk_shard_stock_set_send(&p, id, shard, nshards, sk_keys_shard_stock(stock, shard, nshards));
 		if (sk_pipeline_exec(&p) == NULL)
 		{
 			seckill_reply_error(reply, SK_ERR_REDIS,
@@ -457,15 +432,11 @@ sk_admin_limits(const SeckillRequest *request, SeckillReply *reply)
 	{
 		SkPipeline	p;
 		SkReply    *r;
-		const char *argv[2 + SK_LIMIT_ARGS] = {"HSET"};
 		int			nshards = Max(row.limits.shards, 1);
 
 		sk_pipeline_init(&p);
 		for (int shard = 0; shard < nshards; shard++)
-		{
-			argv[1] = sk_keys_shard(id, shard, nshards, "meta");
-			sk_pipeline_add(&p, 2 + sk_scripts_limit_args(&row.limits, &argv[2]), argv, NULL);
-		}
+			sk_shard_limits_send(&p, id, shard, nshards, &row.limits);
 		r = sk_pipeline_exec(&p);
 		for (int shard = 0; r != NULL && shard < nshards; shard++)
 			if (sk_reply_is_error(&r[shard]))

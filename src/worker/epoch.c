@@ -46,8 +46,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "layout/keys.h"
-#include "layout/scripts.h"
+#include "layout/epoch_commands.h"
 #include "redis/redis.h"
 #include "replication/walsender.h"
 #include "replication/walsender_private.h"
@@ -506,12 +505,7 @@ take_over(const char *why, const char *stale)
 		int			nshards = Max(row->limits.shards, 1);
 
 		for (int shard = 0; shard < nshards; shard++)
-		{
-			const char *key = sk_keys_shard(row->id, shard, nshards, "meta");
-
-			sk_pipeline_script(&p, SK_SCRIPT_TAKE_OVER, 1, &key, 2,
-							   (const char *[]) {sk_epoch_arg(), stale});
-		}
+			sk_take_over_send(&p, row->id, shard, nshards, sk_epoch_arg(), stale);
 	}
 	if (p.count > 0 && (r = sk_pipeline_exec(&p)) == NULL)
 		return false;
@@ -523,23 +517,22 @@ take_over(const char *why, const char *stale)
 
 		for (int shard = 0; shard < Max(row->limits.shards, 1); shard++, reply++)
 		{
-			SkReply    *marked = &r[reply];
+			SkTakeOverAnswer marked;
 
-			if (marked->type != REDIS_REPLY_ARRAY || marked->elements != 2 ||
-				marked->element[0].type != REDIS_REPLY_INTEGER)
+			sk_take_over_answer(&r[reply], &marked);
+			if (!marked.marked && marked.why != NULL)
 			{
-				sk_redis_disconnect(psprintf("Redis refused seckill's take-over script: %s",
-											 marked->str ? marked->str : "unexpected reply"));
+				sk_redis_disconnect(psprintf("Redis refused seckill's take-over script: %s", marked.why));
 				return false;
 			}
-			if (marked->element[0].integer == 1 && marked->element[1].type == REDIS_REPLY_INTEGER)
+			if (!marked.marked)
 			{
-				(void) fenced_by(marked->element[1].integer, NULL);
+				(void) fenced_by(marked.newer, NULL);
 				return false;
 			}
-			if (marked->element[1].type == REDIS_REPLY_STRING)
+			if (marked.loaded)
 			{
-				in_redis += strtoll(marked->element[1].str, NULL, 10);
+				in_redis += marked.stock;
 				loaded = true;
 			}
 		}
@@ -587,16 +580,12 @@ sk_epoch_unstale(int64 id, int nshards)
 
 	sk_pipeline_init(&p);
 	for (int shard = 0; shard < nshards; shard++)
-	{
-		const char *key = sk_keys_shard(id, shard, nshards, "meta");
-
-		sk_pipeline_script(&p, SK_SCRIPT_UNSTALE, 1, &key, 1, (const char *[]) {sk_epoch_arg()});
-	}
+		sk_unstale_send(&p, id, shard, nshards, sk_epoch_arg());
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 		return false;
 	for (int shard = 0; shard < nshards; shard++)
-		if (r[shard].type != REDIS_REPLY_INTEGER || r[shard].integer != 1)
+		if (!sk_unstale_answer(&r[shard]))
 			return false;
 	return true;
 }
@@ -613,10 +602,12 @@ sk_epoch_check(void)
 {
 	SkPipeline	p;
 	SkReply    *r;
-	const char *keys[3] = {sk_keys_prefixed("epoch"), sk_keys_prefixed("master"),
-	sk_keys_prefixed("promotion")};
-	int64		recorded;
-	const char *master;
+	SkEpochRead read;
+	int64		recorded,
+				before;
+	const char *master,
+			   *owner,
+			   *refused;
 	char	   *why = NULL;
 	const char *stale = NULL;
 
@@ -624,18 +615,18 @@ sk_epoch_check(void)
 	if (fenced || promotion_unkept())
 		return false;
 	sk_pipeline_init(&p);
-	for (int i = 0; i < lengthof(keys); i++)
-		sk_pipeline_add(&p, 2, (const char *[]) {"GET", keys[i]}, NULL);
+	sk_epoch_read_send(&p);
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 		return false;
-	recorded = r[0].type == REDIS_REPLY_STRING ? strtoll(r[0].str, NULL, 10) : 0;
-	master = r[1].type == REDIS_REPLY_STRING ? r[1].str : NULL;
+	sk_epoch_read_answer(r, &read);
+	recorded = read.recorded;
+	master = read.master;
 	/* restarted empty, flushed, failed over: whether or not it sells, it lost leases */
 	if ((recorded == 0 && (recorded_here > 0 || recorded_by_us) && !lost) ||
 		(master != NULL && sk_redis_run_id()[0] != '\0' && strcmp(master, sk_redis_run_id()) != 0))
 		losses++;
-	if (fenced_by(recorded, r[2].type == REDIS_REPLY_STRING ? r[2].str : NULL) ||
+	if (fenced_by(recorded, read.promotion) ||
 		(recorded == 0 && lost_here()))
 		return false;
 	if (recorded != 0 && recorded < (int64) timeline)
@@ -674,20 +665,17 @@ sk_epoch_check(void)
 			return false;		/* in a transaction, or not installed: at the next check */
 	}
 	sk_pipeline_init(&p);
-	sk_pipeline_script(&p, SK_SCRIPT_EPOCH, 3, keys, 3,
-					   (const char *[]) {sk_epoch_arg(), sk_redis_run_id(), promotion});
+	sk_epoch_record_send(&p, sk_epoch_arg(), sk_redis_run_id(), promotion);
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 		return false;
-	if (r[0].type != REDIS_REPLY_ARRAY || r[0].elements != 2 ||
-		r[0].element[0].type != REDIS_REPLY_INTEGER || r[0].element[1].type != REDIS_REPLY_STRING)
+	if (!sk_epoch_record_answer(&r[0], &before, &owner, &refused))
 	{
-		sk_redis_disconnect(psprintf("Redis refused seckill's epoch script: %s",
-									 r[0].str ? r[0].str : "unexpected reply"));
+		sk_redis_disconnect(psprintf("Redis refused seckill's epoch script: %s", refused));
 		return false;
 	}
 	/* another primary recorded itself meanwhile */
-	if (fenced_by(r[0].element[0].integer, r[0].element[1].str))
+	if (fenced_by(before, owner))
 		return false;
 	if (lost || claim.on)
 		ereport(LOG,
@@ -718,12 +706,11 @@ sk_epoch_recheck(void)
 	if (fenced)
 		return false;
 	sk_pipeline_init(&p);
-	sk_pipeline_add(&p, 2, (const char *[]) {"GET", sk_keys_prefixed("epoch")}, NULL);
+	sk_epoch_get_send(&p);
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 		return false;
-	if (!lost && !claim.on && r[0].type == REDIS_REPLY_STRING &&
-		strtoll(r[0].str, NULL, 10) == (int64) timeline)
+	if (!lost && !claim.on && sk_epoch_get_answer(&r[0]) == (int64) timeline)
 		return true;
 	return sk_epoch_check();
 }
@@ -740,15 +727,11 @@ sk_epoch_record_ids(int64 first, int64 last)
 {
 	SkPipeline	p;
 	SkReply    *r;
-	const char *key = sk_keys_prefixed("order-ids");
 
 	if (!sk_redis_connect())
 		return -1;
 	sk_pipeline_init(&p);
-	sk_pipeline_script(&p, SK_SCRIPT_IDS, 1, &key, 2,
-					   (const char *[]) {psprintf(INT64_FORMAT, first), psprintf(INT64_FORMAT, last)});
+	sk_ids_send(&p, first, last);
 	r = sk_pipeline_exec(&p);
-	if (r == NULL || r[0].type != REDIS_REPLY_INTEGER)
-		return -1;
-	return r[0].integer;
+	return r == NULL ? -1 : sk_ids_answer(&r[0]);
 }

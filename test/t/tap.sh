@@ -114,12 +114,13 @@ psql_session() {
 	psql_session_slot "$key"
 	[ -s "$PSQL_DIR/pid.$PSQL_SLOT" ] && read -r pid <"$PSQL_DIR/pid.$PSQL_SLOT"
 	while :; do
+		# (before a new psql starts: what it says when it cannot connect is kept)
+		: >"$PSQL_DIR/err.$PSQL_SLOT"
 		if ! psql_session_alive "$pid"; then
 			psql_session_start "$key"
 			read -r pid <"$PSQL_DIR/pid.$PSQL_SLOT"
 			fresh=1
 		fi
-		: >"$PSQL_DIR/err.$PSQL_SLOT"
 		# (then its statistics flushed, as at the end of a connection of
 		# its own, for a statement that reads them next)
 		printf 'SELECT 1 \\g /dev/null\n\\echo %s-ping\n%s\n;\n\\set psql_session_error :ERROR\n%s\n\\echo %s :psql_session_error\n' \

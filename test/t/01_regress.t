@@ -3,8 +3,7 @@
 # specs (specs/*.spec against expected/*.out), as make installcheck would
 # run them, against the running server, one TAP line per test.
 # Runs alone: the isolation specs interleave sessions around waits of
-# 200 ms; beside other sales, locks.spec once found a refused lock_all's
-# entry still in seckill.locks (not yet understood: see the locks work).
+# 200 ms.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"

@@ -9,13 +9,12 @@ set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
 
-own() { psql -XAtq -v ON_ERROR_STOP=1 -c "$1"; }
 # same "SQL": psql_val and a connection of its own print the same,
 # stderr and stdout together, and end with the same status
 same() {
 	local a b
 	a=$(psql_val "$1" 2>&1; echo "status $?")
-	b=$(own "$1" 2>&1; echo "status $?")
+	b=$(psql_own "$1" 2>&1; echo "status $?")
 	if [ "$a" = "$b" ]; then
 		tap_result 1 "as a connection of its own: ${a//$'\n'/ | }"
 	else
@@ -36,13 +35,13 @@ same "SELECT noisy()"
 
 port=$(psql_val "SELECT inet_client_port()")
 is "$(psql_val "SELECT inet_client_port()")" "$port" "the statements share one connection (client port $port)"
-pid=$(own "SELECT pid FROM pg_stat_activity WHERE client_port = $port")
+pid=$(psql_own "SELECT pid FROM pg_stat_activity WHERE client_port = $port")
 
 seckill_pg_restart
 ok "[ $? -eq 0 ]" "the server restarted: the session's connection is gone"
 psql_val "INSERT INTO session_rows VALUES (1)"
 ok "[ $? -eq 0 ]" "the next statement succeeds, on a new session"
-is "$(own "SELECT count(*) FROM session_rows")" 1 "and ran once"
+is "$(psql_own "SELECT count(*) FROM session_rows")" 1 "and ran once"
 ok "[ -n '$pid' ] && [ \"\$(psql_val \"SELECT count(*) FROM pg_stat_activity WHERE pid = $pid\")\" = 0 ]" \
 	"the session before the restart is gone"
 
@@ -53,13 +52,13 @@ ok "[[ \"\$out\" == *'port 1 failed'* ]]" "and psql's error: ${out%%$'\n'*}"
 # a statement of a job in the background holds the session for 3 s
 psql_val "SELECT pg_sleep(3)" >/dev/null &
 job=$!
-seckill_wait_for "[ \"\$(own \"SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(3)%'\")\" = 1 ]" 5
+seckill_wait_for "[ \"\$(psql_own \"SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(3)%'\")\" = 1 ]" 5
 is "$(psql_val "SELECT 42")" 42 "a statement while the job's runs is answered"
 ok "kill -0 $job" "before the job's ended: it did not wait for it"
 wait "$job"
 ok "[ $? -eq 0 ]" "the job's statement ended well"
 
-scans() { own "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'session_rows'"; }
+scans() { psql_own "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'session_rows'"; }
 before=$(scans)
 psql_val "SELECT count(*) FROM session_rows" >/dev/null
 is "$(scans)" $((before + 1)) "a scan through the session is in the statistics at once"

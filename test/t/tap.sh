@@ -77,9 +77,11 @@ psql_val() {
 	if [ "${SECKILL_PSQL_SESSION:-1}" = 1 ] && [ $((${#quotes} % 2)) = 0 ] && ! [[ ${1,,} =~ $PSQL_OWN_CONNECTION ]]; then
 		psql_session "$1"
 	else
-		psql -XAtq -v ON_ERROR_STOP=1 -c "$1"
+		psql_own "$1"
 	fi
 }
+# psql_own SQL: the statement on a connection of its own
+psql_own() { psql -XAtq -v ON_ERROR_STOP=1 -c "$1"; }
 
 # The sessions: psqls reading statements from a FIFO and writing rows to
 # another, each statement followed by an \echo of a marker and :ERROR, their
@@ -108,7 +110,7 @@ psql_session() {
 	exec {lock}>>"$PSQL_DIR/lock"
 	if ! flock -n "$lock"; then
 		exec {lock}>&-
-		psql -XAtq -v ON_ERROR_STOP=1 -c "$1"
+		psql_own "$1"
 		return
 	fi
 	psql_session_slot "$key"

@@ -162,10 +162,8 @@ typedef enum SeckillCrashPoint
 	SK_CRASH_AFTER_RESERVE,		/* Redis reserved, nothing committed */
 	SK_CRASH_AFTER_COMMIT,		/* committed, journal not settled, nobody woken */
 	SK_CRASH_BEFORE_WAKE,		/* committed and settled, nobody woken */
-	SK_CRASH_OVERLAPPED,		/* a round committed while the next one's
+	SK_CRASH_OVERLAPPED			/* a round committed while the next one's
 								 * reservations are in Redis, nobody woken */
-	SK_CRASH_BEFORE_LEADER_FLUSH	/* a caller woken to flush for its round
-									 * exits before it flushes */
 } SeckillCrashPoint;
 
 #ifdef SECKILL_CRASH_POINTS

@@ -101,7 +101,6 @@ static const struct config_enum_entry crash_points[] = {
 	{"after_commit", SK_CRASH_AFTER_COMMIT, false},
 	{"before_wake", SK_CRASH_BEFORE_WAKE, false},
 	{"overlapped", SK_CRASH_OVERLAPPED, false},
-	{"before_leader_flush", SK_CRASH_BEFORE_LEADER_FLUSH, false},
 	{NULL, 0, false}
 };
 

@@ -351,7 +351,6 @@ claim_slot(const SeckillRequest *request, TimestampTz deadline, uint64 *seq)
 			{
 				s->state = SLOT_PENDING;
 				s->queued = true;
-				s->leads = false;
 				*seq = ++s->seq;
 				s->latch = MyLatch;
 				s->caller_pid = MyProcPid;
@@ -428,131 +427,6 @@ answer_wake(SeckillSlot *slot)
 }
 
 /*
- * Answers of orders committed and not flushed yet (reply.flush_lsn set)
- * are chained by the worker, in the order given, instead of woken one by
- * one.  It wakes the first of a chain, the leader, after a commit stage:
- * the leader flushes the WAL and wakes the others.  One caller queues for
- * WALWriteLock and the others sleep once, where each flushed in turn; the
- * worker wakes one caller a round.  A caller that finds its answer and no
- * leader's wake within a slice flushes for itself: every caller still
- * flushes its order before it says ok, and a leader cancelled, killed or
- * late delays the others by a slice at most.  The chain is the worker's.
- */
-static int	chain_head = -1;
-static uint64 chain_head_seq;
-static int	chain_tail = -1;
-static uint64 chain_tail_seq;
-
-/* Worker: chain a slot just answered with an order to flush. */
-static void
-flush_chain_add(int index, uint64 seq)
-{
-	bool		linked = false;
-
-	if (chain_head < 0)
-	{
-		chain_head = index;
-		chain_head_seq = seq;
-		linked = true;
-	}
-	else
-	{
-		SeckillSlot *tail = &seckill_slots[chain_tail];
-
-		SpinLockAcquire(&tail->mutex);
-		if (tail->flush_seq == chain_tail_seq)
-		{
-			tail->flush_next = index;
-			tail->flush_next_seq = seq;
-			linked = true;
-		}
-		SpinLockRelease(&tail->mutex);
-	}
-	if (!linked)
-	{
-		/* (the tail answered anew meanwhile): this caller flushes alone */
-		answer_wake(&seckill_slots[index]);
-		return;
-	}
-	chain_tail = index;
-	chain_tail_seq = seq;
-}
-
-/*
- * Leader: its WAL flushed, wake the rest of its chain.  A link holds until
- * the worker answers its slot anew; a caller that went on alone (it found
- * its commit flushed) is not woken, those after it are.  The worker wakes
- * a chain without a leader: alone, each of them flushes for itself.
- */
-static void
-flush_chain_wake(int next, uint64 next_seq, bool alone)
-{
-	while (next >= 0)
-	{
-		SeckillSlot *slot = &seckill_slots[next];
-		bool		linked = false;
-		bool		waiting = false;
-
-		SpinLockAcquire(&slot->mutex);
-		if (slot->flush_seq == next_seq)
-		{
-			waiting = slot->seq == next_seq && slot->state == SLOT_DONE;
-			next = slot->flush_next;
-			next_seq = slot->flush_next_seq;
-			linked = true;
-			if (waiting && alone)
-			{
-				slot->leads = true;
-				slot->flush_next = -1;
-			}
-		}
-		SpinLockRelease(&slot->mutex);
-		if (!linked)
-			return;
-		if (waiting)
-			answer_wake(slot);
-	}
-}
-
-/*
- * Worker: the answers chained so far are all given; wake their leader.  A
- * first caller gone already (it found its commit flushed, or gave up)
- * leads nobody: the worker wakes the others itself.
- */
-void
-seckill_flush_leader_wake(void)
-{
-	SeckillSlot *slot;
-	bool		leads = false;
-	int			next = -1;
-	uint64		next_seq = 0;
-
-	if (chain_head < 0)
-		return;
-	slot = &seckill_slots[chain_head];
-	SpinLockAcquire(&slot->mutex);
-	if (slot->seq == chain_head_seq && slot->state == SLOT_DONE)
-		slot->leads = leads = true;
-	else if (slot->flush_seq == chain_head_seq)
-	{
-		next = slot->flush_next;
-		next_seq = slot->flush_next_seq;
-	}
-	SpinLockRelease(&slot->mutex);
-	chain_head = chain_tail = -1;
-	if (leads)
-		answer_wake(slot);
-	else
-		flush_chain_wake(next, next_seq, true);
-}
-
-static bool
-flushed(XLogRecPtr lsn)
-{
-	return lsn == InvalidXLogRecPtr || lsn <= GetFlushRecPtr(NULL);
-}
-
-/*
  * Hand a request to the worker and wait for its reply, at most
  * seckill.request_timeout.  Cancel-safe: on any error the slot is abandoned
  * and the worker finishes or drops the request on its own.  A request made
@@ -567,9 +441,6 @@ seckill_call(const SeckillRequest *request)
 	uint64		seq;
 	SeckillReply reply;
 	Latch	   *worker_latch;
-	bool		leads = false;
-	int			next = -1;
-	uint64		next_seq = 0;
 
 	seckill_check_database();
 	if (RecoveryInProgress())
@@ -605,8 +476,6 @@ seckill_call(const SeckillRequest *request)
 
 	PG_TRY();
 	{
-		bool		waited_for_flush = false;
-
 		for (;;)
 		{
 			bool		done = false;
@@ -617,32 +486,20 @@ seckill_call(const SeckillRequest *request)
 			if (slot->state == SLOT_DONE && slot->seq == seq)
 			{
 				reply = slot->reply;
-				leads = slot->leads;
-				next = slot->flush_next;
-				next_seq = slot->flush_next_seq;
+				slot->state = SLOT_FREE;
 				done = true;
 			}
 			SpinLockRelease(&slot->mutex);
-			/* answered: read, unless its leader's wake is to be waited for */
-			if (done && (leads || waited_for_flush || flushed(reply.flush_lsn)))
-			{
-				SpinLockAcquire(&slot->mutex);
-				if (slot->state == SLOT_DONE && slot->seq == seq)
-					slot->state = SLOT_FREE;
-				SpinLockRelease(&slot->mutex);
+			if (done)
 				break;
-			}
-			/* an answer there is never given up: no timeout, no cancel */
-			waited_for_flush = done;
-			if (!done && ms_until(deadline) == 0)
+			if (ms_until(deadline) == 0)
 			{
 				if (slot_abandon(slot, seq, true))
 					request_timed_out(request);
 				continue;		/* answered meanwhile */
 			}
-			answer_wait(slot, answers, done ? WAIT_SLICE_MS : ms_until(deadline));
-			if (!done)
-				CHECK_FOR_INTERRUPTS();
+			answer_wait(slot, answers, ms_until(deadline));
+			CHECK_FOR_INTERRUPTS();
 		}
 	}
 	PG_CATCH();
@@ -651,14 +508,6 @@ seckill_call(const SeckillRequest *request)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-
-	/* an order committed without a flush is told only once it is durable */
-	if (leads)
-		seckill_crash_if(SK_CRASH_BEFORE_LEADER_FLUSH);
-	if (reply.flush_lsn != InvalidXLogRecPtr)
-		XLogFlush(reply.flush_lsn);
-	if (leads)
-		flush_chain_wake(next, next_seq, false);
 	return reply;
 }
 
@@ -761,9 +610,6 @@ seckill_slot_reply(int index, uint64 seq, const SeckillReply *reply)
 		{
 			slot->reply = *reply;
 			slot->state = SLOT_DONE;
-			slot->leads = false;
-			slot->flush_seq = seq;
-			slot->flush_next = -1;
 			delivered = true;
 		}
 		else if (slot->state == SLOT_ABANDONED)
@@ -771,9 +617,7 @@ seckill_slot_reply(int index, uint64 seq, const SeckillReply *reply)
 		latch = slot->latch;
 	}
 	SpinLockRelease(&slot->mutex);
-	if (delivered && reply->flush_lsn != InvalidXLogRecPtr)
-		flush_chain_add(index, seq);
-	else if (delivered)
+	if (delivered)
 		answer_wake(slot);
 	else if (latch)
 		SetLatch(latch);		/* a slot freed: for a caller in claim_slot */
@@ -827,8 +671,6 @@ seckill_fail_taken_slots(const char *why, int sqlerrcode)
 			slot->reply.sqlerrcode = sqlerrcode;
 			strlcpy(slot->reply.message, why, sizeof(slot->reply.message));
 			slot->state = SLOT_DONE;
-			slot->leads = false;
-			slot->flush_next = -1;
 			answered = true;
 			latch = slot->latch;
 		}

@@ -19,7 +19,6 @@
 
 #include "seckill.h"
 
-#include "access/xlogdefs.h"
 #include "port/atomics.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
@@ -62,9 +61,6 @@ typedef struct SeckillReply
 	SeckillStatus status;
 	int			sqlerrcode;		/* for SK_ERR_INVALID; 0 for the default */
 	int64		order_id;
-	XLogRecPtr	flush_lsn;		/* an order committed without a flush: the
-								 * caller flushes the WAL this far before it
-								 * answers (InvalidXLogRecPtr: nothing to do) */
 	int64		values[SK_REPLY_VALUES];	/* per request kind */
 	char		message[SK_MESSAGE_LEN];	/* for failures */
 } SeckillReply;
@@ -108,11 +104,6 @@ typedef struct SeckillSlot
 	Latch	   *latch;			/* the caller's: a slot freed, a lock it waits for */
 	pg_atomic_uint32 answers;	/* bumped when DONE; its caller sleeps on it */
 	pg_atomic_uint32 sleeping;	/* its caller sleeps on answers */
-	/* an answer to flush (reply.flush_lsn set): see seckill_flush_leader_wake */
-	bool		leads;			/* its caller flushes, then wakes the chain */
-	uint64		flush_seq;		/* the seq of the answer flush_next follows */
-	int			flush_next;		/* the next slot of its chain, or -1 */
-	uint64		flush_next_seq; /* the seq of that slot's answer */
 	uint32		lock_wait;		/* hash of the lock its caller waits for, or 0 */
 	int			caller_pid;		/* of the backend that made the request */
 	TimestampTz abandoned_at;	/* when its caller gave up on it */
@@ -153,7 +144,6 @@ extern bool seckill_queue_empty(void);
 extern bool seckill_slot_take(int slot, SeckillRequest *request, uint64 *seq);
 extern bool seckill_slot_reply(int slot, uint64 seq, const SeckillReply *reply);
 extern bool seckill_slot_given_up(int slot, uint64 seq);
-extern void seckill_flush_leader_wake(void);
 extern void seckill_fail_taken_slots(const char *why, int sqlerrcode);
 extern void seckill_reply_error(SeckillReply *reply, SeckillStatus status, const char *fmt,...) pg_attribute_printf(3, 4);
 

@@ -38,7 +38,6 @@ shared_init(void *base, bool found, LWLockPadded *lwlocks)
 	memset(seckill_shared, 0, sizeof(SeckillShared));
 	pg_atomic_init_u32(&seckill_shared->install_generation, 0);
 	pg_atomic_init_u32(&seckill_shared->worker_idle, 1);
-	pg_atomic_init_u64(&seckill_shared->orders_lsn, InvalidXLogRecPtr);
 }
 
 /* From _PG_init: a part to request and set up with the others. */

@@ -64,11 +64,7 @@
  * Either the waker sees sleeping and wakes the futex, or the futex sees the
  * new count and does not sleep; a sleep is a slice of 10 ms at most anyway.
  * Off Linux the caller's latch is set after the state is written, and the
- * state read after each ResetLatch.  orders_lsn (store.c): the worker
- * writes PG_UINT64_MAX, a full barrier, commits, a full barrier, then
- * writes the commit's end.  A backend that read an order then reads it
- * after a full barrier (store_orders_flush): MAX (it flushes all WAL
- * inserted), or an end at or past that commit's.  changed (lock table):
+ * state read after each ResetLatch.  changed (lock table):
  * whoever hands a lock back sets it, then the worker's latch; the worker
  * clears it by exchange between rounds.  A Redis or SQL wait after that
  * exchange may reset the latch, so the idle worker reads changed beside
@@ -116,9 +112,6 @@ typedef struct SeckillShared
 	bool		sales_from_database;	/* Redis unreachable: selling from PostgreSQL alone */
 	int			connect_failures;	/* worker starts in a row that could not reach seckill.database */
 	bool		fenced;			/* a newer primary sells through this Redis (worker/epoch.c) */
-	pg_atomic_uint64 orders_lsn;	/* the end of the worker's last commit of
-									 * orders, maybe not flushed yet;
-									 * PG_UINT64_MAX while it commits */
 } SeckillShared;
 
 extern SeckillShared *seckill_shared;

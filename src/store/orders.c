@@ -180,8 +180,6 @@ store_orders_exist(const int64 *ids, int n)
 	int64	   *found;
 	int			rc;
 
-	/* an order committed without a flush is settled only once it is durable */
-	store_orders_flush();
 	if (exist_plan == NULL)
 		exist_plan = store_prepare("SELECT id FROM seckill.orders WHERE id = ANY ($1)", 1, types);
 	values[0] = int8_array(ids, n);
@@ -416,43 +414,6 @@ store_release_expired(int64 campaign_id, int limit, TimestampTz after_created_at
 }
 
 /*
- * The end of the WAL inserted so far.  GetXLogInsertRecPtr() names the first
- * byte a record would use: right after a page's header when the WAL has just
- * filled the page before, a position XLogFlush refuses as past the end of
- * the WAL.  (PostgreSQL 16 has GetXLogInsertEndRecPtr for this.)
- */
-static XLogRecPtr
-inserted_end(void)
-{
-	XLogRecPtr	ptr = GetXLogInsertRecPtr();
-
-	if (XLogSegmentOffset(ptr, wal_segment_size) == SizeOfXLogLongPHD)
-		return ptr - SizeOfXLogLongPHD;
-	if (ptr % XLOG_BLCKSZ == SizeOfXLogShortPHD)
-		return ptr - SizeOfXLogShortPHD;
-	return ptr;
-}
-
-/*
- * An order was read that the worker may have committed without waiting for
- * the WAL flush (store_commit_unflushed): flush the WAL that far before the
- * read is reported to anyone, so that no answer names an order a crash
- * could still take back.
- */
-void
-store_orders_flush(void)
-{
-	XLogRecPtr	lsn;
-
-	pg_memory_barrier();
-	lsn = pg_atomic_read_u64(&seckill_shared->orders_lsn);
-	if (lsn == PG_UINT64_MAX)
-		lsn = inserted_end();
-	if (lsn != InvalidXLogRecPtr && !RecoveryInProgress() && lsn > GetFlushRecPtr(NULL))
-		XLogFlush(lsn);
-}
-
-/*
  * seckill.orders and its index orders_one_active_per_user, looked up once
  * per backend: the sold-out answer probes them on every call.  Forgotten
  * when either changes (a REINDEX CONCURRENTLY gives the index a new OID, a
@@ -558,9 +519,6 @@ store_held_order(int64 campaign_id, const char *user_id)
 	ExecDropSingleTupleTableSlot(slot);
 	index_close(index, AccessShareLock);
 	table_close(orders, AccessShareLock);
-	/* named to the caller: durable first */
-	if (id != 0)
-		store_orders_flush();
 	return id;
 }
 
@@ -570,7 +528,7 @@ store_held_order(int64 campaign_id, const char *user_id)
  * the statement's (taken before the wait for the worker, or before the
  * purchase in the same statement) or a repeatable read's would answer none
  * for an order that exists.  False when there is none.  The fate told is
- * durable: the worker may not have flushed it yet.
+ * durable: the worker's commits wait for their WAL flush.
  */
 bool
 store_order_fate(int64 campaign_id, const char *user_id, SkOrderFate *fate)
@@ -595,7 +553,6 @@ store_order_fate(int64 campaign_id, const char *user_id, SkOrderFate *fate)
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
 
-		store_orders_flush();
 		strlcpy(fate->status, TextDatumGetCString(SPI_getbinval(tup, desc, 1, &isnull)),
 				sizeof(fate->status));
 		fate->id = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));

@@ -58,53 +58,6 @@ store_commit(void)
 	pgstat_report_stat(false);
 }
 
-/*
- * Commit without waiting for the WAL to reach the disk, where the commit
- * would wait for nothing more than that (no synchronous standby): returns
- * the commit record's end, which must be flushed (XLogFlush) before anyone
- * is told of the commit.  Returns InvalidXLogRecPtr when the commit waited
- * as usual, or wrote nothing.  seckill_shared->orders_lsn says how far the
- * WAL must be flushed before an order read may be reported
- * (store_orders_flush).
- */
-XLogRecPtr
-store_commit_unflushed(void)
-{
-	int			level = synchronous_commit;
-	uint64		before = pg_atomic_read_u64(&seckill_shared->orders_lsn);
-	XLogRecPtr	lsn;
-
-	if (level > SYNCHRONOUS_COMMIT_LOCAL_FLUSH && SyncRepStandbyNames != NULL &&
-		SyncRepStandbyNames[0] != '\0')
-	{
-		store_commit();
-		return InvalidXLogRecPtr;
-	}
-	XactLastCommitEnd = InvalidXLogRecPtr;
-	/* readers who see these orders before the end is known flush all */
-	pg_atomic_write_u64(&seckill_shared->orders_lsn, PG_UINT64_MAX);
-	pg_memory_barrier();
-	synchronous_commit = SYNCHRONOUS_COMMIT_OFF;
-	PG_TRY();
-	{
-		store_commit();
-	}
-	PG_CATCH();
-	{
-		/* the commit record, if written before the error, is what readers flush */
-		synchronous_commit = level;
-		pg_atomic_write_u64(&seckill_shared->orders_lsn,
-							XactLastCommitEnd != InvalidXLogRecPtr ? XactLastCommitEnd : before);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	synchronous_commit = level;
-	lsn = XactLastCommitEnd;
-	pg_memory_barrier();
-	pg_atomic_write_u64(&seckill_shared->orders_lsn, lsn != InvalidXLogRecPtr ? lsn : before);
-	return lsn;
-}
-
 /* After an error: roll back whatever transaction is open. */
 void
 store_abort(void)

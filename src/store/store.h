@@ -35,7 +35,6 @@ typedef struct SkOrder
 /* store.c: the worker's transactions */
 extern void store_begin(const char *activity);
 extern void store_commit(void);
-extern XLogRecPtr store_commit_unflushed(void);
 extern void store_abort(void);
 /* store.c: a backend's statements, under an empty search_path */
 extern int	store_backend_spi_begin(void);
@@ -110,7 +109,6 @@ typedef struct SkOrderFate
 /* orders.c, for backends */
 extern int64 store_held_order(int64 campaign_id, const char *user_id);
 extern bool store_order_fate(int64 campaign_id, const char *user_id, SkOrderFate *fate);
-extern void store_orders_flush(void);
 
 /* queue.c: the waiting lines */
 /* A buyer's place in a line, as a backend reads it. */

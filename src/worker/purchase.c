@@ -17,7 +17,6 @@
  */
 #include "worker/purchase.h"
 
-#include "access/xlog.h"
 #include "layout/keys.h"
 #include "layout/purchase_scripts.h"
 #include "redis/redis.h"
@@ -54,33 +53,15 @@ typedef struct CommitStage
 	int			ndups;
 	bool		committed;
 	bool		waited;			/* its commit waited for a round already */
-	XLogRecPtr	lsn;			/* its commit, if not flushed */
 } CommitStage;
 
-static CommitStage stage = {.lsn = InvalidXLogRecPtr};
-
-/*
- * Orders committed without waiting for the WAL flush (store_commit_unflushed),
- * in commit order: their callers flush before they answer, and their journal
- * entries are settled only once the WAL is flushed past their commit, so
- * that a crash that takes the commit back finds them in the journal.
- */
-typedef struct Unflushed
-{
-	SkOrder		order;
-	XLogRecPtr	lsn;			/* the end of its commit */
-} Unflushed;
-
-static Unflushed *unflushed = NULL;
-static int	nunflushed = 0;
-static int	max_unflushed = 0;
+static CommitStage stage;
 
 /* A stage of fewer purchases than this waits for the next round's, once. */
 #define SK_GROUP_COMMIT_MIN 24
 
 /*
- * A duplicate's answer: the order the user holds, durable before the caller
- * names it (it may be one committed unflushed); busy when the user holds
+ * A duplicate's answer: the order the user holds; busy when the user holds
  * none, since PostgreSQL refused the reservation that made them a buyer.
  */
 static void
@@ -88,8 +69,6 @@ reply_duplicate(SeckillReply *reply, const SkOrder *order)
 {
 	reply->status = order->held != 0 ? SK_DUPLICATE : SK_BUSY;
 	reply->order_id = order->held;
-	reply->flush_lsn = order->held != 0 ?
-		pg_atomic_read_u64(&seckill_shared->orders_lsn) : InvalidXLogRecPtr;
 }
 
 /*
@@ -374,52 +353,16 @@ stage_purchases(Purchase *accepted, int n, RoundItem **dups, int nd)
 }
 
 /*
- * The journal entries of the orders whose commit is on disk go to the next
- * pipeline: as a rule a caller has flushed it by then; with wait, the
- * worker flushes what is left itself.  Called while no pipeline is in
- * flight, so that the journal's list may make room.
- */
-static void
-settle_flushed(bool wait)
-{
-	XLogRecPtr	flushed;
-	int			done = 0;
-
-	if (nunflushed == 0)
-		return;
-	if (wait)
-		XLogFlush(unflushed[nunflushed - 1].lsn);
-	flushed = GetFlushRecPtr(NULL);
-	while (done < nunflushed && unflushed[done].lsn <= flushed)
-		sk_journal_settle(&unflushed[done++].order);
-	nunflushed -= done;
-	memmove(unflushed, unflushed + done, sizeof(Unflushed) * nunflushed);
-}
-
-/* A committed order whose journal entries wait for the WAL flush of lsn. */
-static void
-settle_after_flush(const SkOrder *order, XLogRecPtr lsn)
-{
-	if (nunflushed == max_unflushed)
-	{
-		max_unflushed = Max(64, max_unflushed * 2);
-		unflushed = unflushed == NULL ?
-			MemoryContextAlloc(TopMemoryContext, sizeof(Unflushed) * max_unflushed) :
-			repalloc(unflushed, sizeof(Unflushed) * max_unflushed);
-	}
-	unflushed[nunflushed].order = *order;
-	unflushed[nunflushed].order.user_id = NULL; /* the journal needs only the ids */
-	unflushed[nunflushed].lsn = lsn;
-	nunflushed++;
-}
-
-/*
  * Commit the staged orders in one transaction and answer their callers; the
  * journal entries of the committed ones are dropped by a later pipeline.
- * The commit does not wait for the WAL flush (unless a synchronous standby
- * must confirm it): each caller told ok flushes it first, so that "ok"
- * still means durable, and the worker goes on with the next round
- * meanwhile.  Uses no Redis: it may run while a pipeline is in flight.
+ * The commit waits for its WAL flush (and a synchronous standby, where one
+ * must confirm it), so that "ok" means durable; it runs while the next
+ * round's pipeline is in Redis, and the longer it takes, the more requests
+ * the next round gathers: one flush serves them all.  (Callers that flushed
+ * the WAL themselves, the worker going on at once, measured more context
+ * switches and CPU a purchase: smaller rounds, more flushes, and a
+ * wake-up more for each.)  Uses no Redis: it may run while a pipeline is
+ * in flight.
  */
 static void
 commit_stage(void)
@@ -435,7 +378,7 @@ commit_stage(void)
 		store_name_held_orders(stage.orders, stage.n);
 	}
 	store_name_held_orders(stage.dup_orders, stage.ndups);
-	stage.lsn = store_commit_unflushed();
+	store_commit();
 	stage.committed = true;
 	if (stage.n > 0)
 	{
@@ -443,29 +386,20 @@ commit_stage(void)
 		seckill_crash_if(SK_CRASH_AFTER_COMMIT);
 	}
 	for (int i = 0; i < stage.n; i++)
-		if (stage.orders[i].outcome != SK_OK)
-			continue;
-		else if (stage.lsn == InvalidXLogRecPtr)
+		if (stage.orders[i].outcome == SK_OK)
 			sk_journal_settle(&stage.orders[i]);
-		else
-			settle_after_flush(&stage.orders[i], stage.lsn);
 	if (sk_redis_in_flight())
 		seckill_crash_if(SK_CRASH_OVERLAPPED);
 	else if (seckill_crash_point == SK_CRASH_BEFORE_WAKE)
 	{
-		settle_flushed(true);
 		sk_journal_flush_settles();
 		seckill_crash_if(SK_CRASH_BEFORE_WAKE);
 	}
 	for (int i = 0; i < stage.n; i++)
 	{
 		stage.items[i].reply.status = stage.orders[i].outcome;
-		stage.items[i].reply.flush_lsn = InvalidXLogRecPtr;
 		if (stage.orders[i].outcome == SK_OK)
-		{
 			stage.items[i].reply.order_id = stage.orders[i].id;
-			stage.items[i].reply.flush_lsn = stage.lsn;
-		}
 		else if (stage.orders[i].outcome == SK_DUPLICATE)
 			reply_duplicate(&stage.items[i].reply, &stage.orders[i]);
 		sk_answer(&stage.items[i]);
@@ -475,8 +409,6 @@ commit_stage(void)
 		reply_duplicate(&stage.dups[i].reply, &stage.dup_orders[i]);
 		sk_answer(&stage.dups[i]);
 	}
-	/* one of them flushes the WAL and wakes the others */
-	seckill_flush_leader_wake();
 }
 
 static void
@@ -496,13 +428,7 @@ give_back_refused(void)
 {
 	if ((stage.n == 0 && stage.ndups == 0) || !stage.committed)
 		return;
-	/* the compensations logged with the orders are durable before Redis hears of them */
-	for (int i = 0; i < stage.n && stage.lsn != InvalidXLogRecPtr; i++)
-		if (stage.orders[i].outcome != SK_OK)
-		{
-			XLogFlush(stage.lsn);
-			break;
-		}
+	/* (the compensations logged with the orders are durable: committed before) */
 	sk_journal_give_back(stage.orders, stage.n);
 	empty_stage();
 }
@@ -535,8 +461,6 @@ sk_purchase_flush(void)
 {
 	commit_stage();
 	give_back_refused();
-	/* what follows (a replay, a rebuild, sales without Redis) reads durable orders only */
-	settle_flushed(true);
 }
 
 /*
@@ -546,9 +470,8 @@ sk_purchase_flush(void)
 void
 sk_purchase_forget(void)
 {
+	/* their journal entries stay: the replay settles them */
 	empty_stage();
-	/* their journal entries stay: the replay flushes, then settles them */
-	nunflushed = 0;
 }
 
 void
@@ -572,7 +495,6 @@ sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
 	ids = palloc(sizeof(int64) * n);
 	sk_order_ids_take(ids, n);
 
-	settle_flushed(false);
 	sk_pipeline_init(&p);
 	(void) sk_journal_add_settles(&p);
 	for (int i = 0; i < n; i++)

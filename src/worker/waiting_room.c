@@ -285,7 +285,6 @@ sk_waiting_room_join(RoundItem *items, int nitems)
 	int			ntouched = 0;
 	int			njoins = 0;
 	TimestampTz now = GetCurrentTimestamp();
-	volatile XLogRecPtr lsn = InvalidXLogRecPtr;
 
 	for (int i = 0; i < nitems; i++)
 		njoins += items[i].request.kind == SK_REQ_QUEUE_JOIN;
@@ -297,8 +296,8 @@ sk_waiting_room_join(RoundItem *items, int nitems)
 		for (int i = 0; i < nitems; i++)
 			if (items[i].request.kind == SK_REQ_QUEUE_JOIN)
 				join(&items[i], touched, &ntouched, now);
-		/* as a round's orders: its callers flush the WAL, one for all */
-		lsn = store_commit_unflushed();
+		/* as a round's orders: one durable commit for all */
+		store_commit();
 	}
 	PG_CATCH();
 	{
@@ -335,11 +334,7 @@ sk_waiting_room_join(RoundItem *items, int nitems)
 			keep_ticket(&items[i]);
 	for (int i = 0; i < nitems; i++)
 		if (items[i].request.kind == SK_REQ_QUEUE_JOIN)
-		{
-			if (items[i].reply.status == SK_OK)
-				items[i].reply.flush_lsn = lsn;
 			(void) sk_answer(&items[i]);
-		}
 }
 
 /*

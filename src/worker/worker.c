@@ -168,7 +168,6 @@ serve_round(int nitems, int nbuys)
 		if (items[i].request.kind != SK_REQ_BUY && items[i].request.kind != SK_REQ_LOCK &&
 			items[i].request.kind != SK_REQ_UNLOCK && items[i].request.kind != SK_REQ_QUEUE_JOIN)
 			sk_pacing_serve_or_hold(&items[i]);
-	seckill_flush_leader_wake();
 }
 
 /*
@@ -505,9 +504,6 @@ seckill_worker_main(Datum main_arg)
 	buys = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem *) * seckill_slot_count());
 
 	seckill_fail_taken_slots("the seckill worker restarted while it held this request", 0);
-	/* a predecessor's orders are on disk before anyone is told of them again */
-	store_orders_flush();
-	pg_atomic_write_u64(&seckill_shared->orders_lsn, InvalidXLogRecPtr);
 	before_shmem_exit(worker_exit, 0);
 	sk_redis_init(sk_scripts_sources, SK_NSCRIPTS, sk_keys_prefixed("epoch"));
 	/* releases by other clusters sharing the Redis wake our lock waiters */
@@ -545,8 +541,6 @@ seckill_worker_main(Datum main_arg)
 		}
 		MemoryContextReset(round_cxt);
 		MemoryContextSwitchTo(round_cxt);
-		/* answers chained by a round an error cut short */
-		seckill_flush_leader_wake();
 
 		kept_due = between_rounds();
 

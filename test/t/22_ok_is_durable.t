@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# "ok" means durable, by the clients' own record.  The worker commits each
-# round without waiting for the WAL flush, and every caller told ok flushes
-# it first.  Sixteen psql sessions buy and write every answer to files
+# "ok" means durable, by the clients' own record.  The worker's commit of
+# each round waits for its WAL flush before any caller is told.  Sixteen
+# psql sessions buy and write every answer to files
 # outside PostgreSQL; mid-sale the worker is killed with SIGKILL (the
 # postmaster restarts the cluster and drops the WAL it had not written),
 # then, in a second crowd, PostgreSQL stops at once.  After each crash every

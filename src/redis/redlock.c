@@ -297,29 +297,25 @@ sk_redlock_abandon(void)
 
 /* One lock script on every node: the nodes that answered 1, and *answered. */
 static int
-call_one(int script, const char *key, int nargs, const char **args, int *answered)
+call_one(const SkScriptCall *command, int *answered)
 {
-	SkScriptCall command = {script, 1, {key}, nargs, {args[0], nargs > 1 ? args[1] : NULL}};
 	int			yes;
 
 	parse_nodes();
-	call_all(&command, 1, &yes, answered);
+	call_all(command, 1, &yes, answered);
 	return yes;
 }
 
 /*
- * Take a lease on key for owner by majority: the script acquire, run with
- * ARGV owner and the lease in milliseconds, answers 1 when granted; release,
- * run with ARGV owner, gives back what was granted when no lease came of it.
+ * Take a lease of lease_ms by majority: take answers 1 on a node that
+ * granted it; give gives back what was granted when no lease came of it.
  */
 SkRedlockResult
-sk_redlock_acquire(int acquire, int release, const char *key, const char *owner, int lease_ms,
-				   char *why, size_t whylen)
+sk_redlock_acquire(const SkScriptCall *take, const SkScriptCall *give, int lease_ms, char *why, size_t whylen)
 {
 	TimestampTz start = GetCurrentTimestamp();
-	const char *args[2] = {owner, psprintf("%d", lease_ms)};
 	int			answered;
-	int			granted = call_one(acquire, key, 2, args, &answered);
+	int			granted = call_one(take, &answered);
 	long		took = TimestampDifferenceMilliseconds(start, GetCurrentTimestamp());
 	long		validity = lease_ms - took - (lease_ms / 100 + 2);
 	int			released;
@@ -327,7 +323,7 @@ sk_redlock_acquire(int acquire, int release, const char *key, const char *owner,
 	if (granted >= quorum() && validity > 0)
 		return REDLOCK_ACQUIRED;
 	/* a minority, or a majority too late: give back what was granted */
-	(void) call_one(release, key, 1, args, &released);
+	(void) call_one(give, &released);
 	if (answered < quorum() || granted >= quorum())
 	{
 		snprintf(why, whylen, granted >= quorum() ?

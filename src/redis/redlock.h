@@ -20,8 +20,7 @@ typedef enum SkRedlockResult
 
 extern bool sk_redlock_enabled(void);
 extern void sk_redlock_abandon(void);
-extern SkRedlockResult sk_redlock_acquire(int acquire, int release, const char *key,
-										  const char *owner, int lease_ms,
+extern SkRedlockResult sk_redlock_acquire(const SkScriptCall *take, const SkScriptCall *give, int lease_ms,
 										  char *why, size_t whylen);
 extern void sk_redlock_batch(const SkScriptCall *commands, int ncommands, int *result);
 

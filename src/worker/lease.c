@@ -12,8 +12,6 @@
 #include "worker/lease.h"
 
 #include "access/xlog.h"
-#include "layout/keys.h"
-#include "layout/scripts.h"
 #include "miscadmin.h"
 #include "redis/redlock.h"
 #include "store/store.h"
@@ -73,20 +71,14 @@ sk_lease_run(const SkScriptCall *calls, int n, bool on_redlock, int *result, int
 	}
 	for (int i = 0; i < n; i++)
 	{
-		if (!sk_reply_is_error(&r[i]))
-		{
-			int64		answer = sk_reply_int(&r[i]);
+		int			place;
+		const char *refused;
 
-			result[i] = answer == 1 ? SK_LEASE_YES : SK_LEASE_NO;
-			if (places != NULL && answer < 0)
-				places[i] = (int) -answer;
-		}
-		else
-		{
-			result[i] = SK_LEASE_FAILED;
-			if (why[0] == '\0')
-				strlcpy(why, r[i].str, whylen);
-		}
+		result[i] = sk_lease_answer(&r[i], &place, &refused);
+		if (places != NULL)
+			places[i] = place;
+		if (refused != NULL && why[0] == '\0')
+			strlcpy(why, refused, whylen);
 	}
 	return true;
 }
@@ -96,13 +88,10 @@ sk_lease_run(const SkScriptCall *calls, int n, bool on_redlock, int *result, int
  * why; *reached is false when Redis could not be reached at all.
  */
 static int
-run_one(SkScript script, const char *key, int nargs, const char **args, bool *reached,
-		char *why, size_t whylen)
+run_one(SkScriptCall call, bool *reached, char *why, size_t whylen)
 {
-	SkScriptCall call = {script, 1, {key}, nargs};
 	int			result;
 
-	memcpy(call.args, args, sizeof(char *) * nargs);
 	*reached = sk_lease_run(&call, 1, false, &result, NULL, why, whylen);
 	return result;
 }
@@ -134,18 +123,18 @@ static TimestampTz kept_at = 0;
 SkLease *
 sk_lease_take(int64 id, SeckillReply *reply)
 {
-	char	   *key = sk_keys_campaign(id, "lock");
 	char	   *cluster = psprintf(UINT64_FORMAT ":", GetSystemIdentifier());
 	char	   *token = psprintf("%stl%s:%d:" INT64_FORMAT ":" UINT64_FORMAT,
 								 cluster, sk_epoch_arg(), MyProcPid, MyStartTimestamp, ++lock_counter);
-	const char *args[4] = {token, psprintf("%d", seckill_lock_lease), cluster, sk_epoch_arg()};
+	SkScriptCall call = sk_campaign_lease_call(SK_CAMPAIGN_LEASE_TAKE, id, token, seckill_lock_lease,
+											   cluster, sk_epoch_arg());
 	char		why[SK_MESSAGE_LEN];
 	bool		reached;
 
 	/* our own kept lease would refuse us */
 	sk_lease_give_kept();
 
-	switch (run_one(SK_SCRIPT_LOCK, key, 4, args, &reached, why, sizeof(why)))
+	switch (run_one(call, &reached, why, sizeof(why)))
 	{
 		case SK_LEASE_YES:
 			break;
@@ -158,7 +147,7 @@ sk_lease_take(int64 id, SeckillReply *reply)
 		default:
 			seckill_reply_error(reply, SK_ERR_LOCKED,
 								"campaign " INT64_FORMAT " is locked by another PostgreSQL cluster sharing this Redis, or by a newer primary of this one (key %s)",
-								id, key);
+								id, call.keys[0]);
 			return NULL;
 	}
 	Assert(held == NULL);
@@ -179,17 +168,15 @@ sk_lease_take(int64 id, SeckillReply *reply)
 void
 sk_lease_keep(void)
 {
-	const char *args[2];
 	bool		reached;
 	char		why[SK_MESSAGE_LEN];
 
 	if (held == NULL ||
 		GetCurrentTimestamp() < TimestampTzPlusMilliseconds(held->renewed, seckill_lock_lease / 3))
 		return;
-	args[0] = held->token;
-	args[1] = psprintf("%d", seckill_lock_lease);
 	held->renewed = GetCurrentTimestamp();
-	if (run_one(SK_SCRIPT_RENEW, sk_keys_campaign(held->campaign_id, "lock"), 2, args,
+	if (run_one(sk_campaign_lease_call(SK_CAMPAIGN_LEASE_RENEW, held->campaign_id, held->token,
+									   seckill_lock_lease, NULL, NULL),
 				&reached, why, sizeof(why)) != SK_LEASE_YES)
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
@@ -218,13 +205,12 @@ void
 sk_lease_give(void)
 {
 	SkLease    *lease = held;
-	const char *args[1] = {lease->token};
 	bool		reached;
 	char		why[SK_MESSAGE_LEN];
 
 	held = NULL;
 	/* On failure the lease simply runs out. */
-	(void) run_one(SK_SCRIPT_UNLOCK, sk_keys_campaign(lease->campaign_id, "lock"), 1, args,
+	(void) run_one(sk_campaign_lease_call(SK_CAMPAIGN_LEASE_GIVE, lease->campaign_id, lease->token, 0, NULL, NULL),
 				   &reached, why, sizeof(why));
 	pfree(lease->token);
 	pfree(lease);

@@ -10,14 +10,10 @@
 #ifndef SECKILL_LEASE_H
 #define SECKILL_LEASE_H
 
-#include "redis/redis.h"
+#include "layout/lease_scripts.h"
 #include "shared/call.h"
 
-/* What sk_lease_run() says of each call. */
-#define SK_LEASE_YES 1			/* taken, renewed or given back */
-#define SK_LEASE_NO 0			/* held by another owner, or gone */
-#define SK_LEASE_FAILED (-1)	/* refused, or too few Redlock nodes answered */
-
+/* Each call's SK_LEASE_YES, _NO or _FAILED (layout/lease_scripts.h). */
 extern bool sk_lease_run(const SkScriptCall *calls, int n, bool on_redlock, int *result,
 						 int *places, char *why, size_t whylen);
 

@@ -16,7 +16,6 @@
 #include "worker/lock_keeper.h"
 
 #include "layout/keys.h"
-#include "layout/scripts.h"
 #include "miscadmin.h"
 #include "redis/redlock.h"
 #include "shared/lock_table.h"
@@ -72,71 +71,6 @@ remember_released(const SeckillLockEntry *e)
 	released_next = (released_next + 1) % SK_RELEASED_KEPT;
 }
 
-/* What a lease script does to a SQL caller's lock. */
-typedef enum LockStep
-{
-	STEP_TAKE,
-	STEP_RENEW,
-	STEP_GIVE,
-	STEP_PUT_BACK				/* lease_ms: what is left of it */
-} LockStep;
-
-/*
- * The lease script of one step on a lock in its mode, for its owner: the
- * lock's keys (layout/keys.h) and arguments as each script's header says.
- * waits: a fair taker joins the line when it cannot have the lock now.
- */
-static SkScriptCall
-lock_call(LockStep step, SeckillLockMode mode, const char *name, const char *owner, int lease_ms,
-		  bool waits)
-{
-	const char *keys[SK_LOCK_NKEYS];
-	SkScriptCall call = {0};
-	const int	take[] = {SK_LOCK_KEY, SK_LOCK_SHARED, SK_LOCK_CLAIM, SK_LOCK_LINE, SK_LOCK_LINE_LEASES};
-	const int	give_shared[] = {SK_LOCK_SHARED, SK_LOCK_KEY};
-	const int	give[] = {SK_LOCK_KEY, SK_LOCK_CLAIM, SK_LOCK_LINE, SK_LOCK_LINE_LEASES};
-	const int  *k = take;
-
-	sk_keys_lock_set(name, keys);
-	call.args[call.nargs++] = owner;
-	switch (step)
-	{
-		case STEP_TAKE:
-			call.args[call.nargs++] = psprintf("%d", lease_ms);
-			if (mode == LOCK_SHARED)
-			{
-				call.script = SK_SCRIPT_ACQUIRE_SHARED;
-				call.nkeys = 3;
-				break;
-			}
-			call.args[call.nargs++] = psprintf("%d", seckill_lock_queue_lease);
-			call.args[call.nargs++] = waits ? "1" : "0";
-			call.script = mode == LOCK_FAIR ? SK_SCRIPT_ACQUIRE_FAIR : SK_SCRIPT_ACQUIRE;
-			call.nkeys = mode == LOCK_FAIR ? 5 : 3;
-			break;
-		case STEP_RENEW:
-			call.args[call.nargs++] = psprintf("%d", lease_ms);
-			call.script = mode == LOCK_SHARED ? SK_SCRIPT_RENEW_SHARED : SK_SCRIPT_RENEW;
-			call.nkeys = 1;
-			k = mode == LOCK_SHARED ? give_shared : take;
-			break;
-		case STEP_PUT_BACK:
-			call.args[call.nargs++] = psprintf("%d", lease_ms);
-			call.args[call.nargs++] = mode == LOCK_SHARED ? "1" : "0";
-			call.script = SK_SCRIPT_PUT_BACK;
-			call.nkeys = 2;
-			break;
-		case STEP_GIVE:
-			call.args[call.nargs++] = sk_keys_lock_channel();
-			call.script = mode == LOCK_SHARED ? SK_SCRIPT_UNLOCK_SHARED : SK_SCRIPT_UNLOCK;
-			call.nkeys = mode == LOCK_SHARED ? 2 : 4;
-			k = mode == LOCK_SHARED ? give_shared : give;
-			break;
-	}
-	for (int i = 0; i < call.nkeys; i++)
-		call.keys[i] = keys[k[i]];
-	return call;
-}
 
 /*
  * Wake the backends waiting for this lock: it was just released (or a
@@ -376,9 +310,9 @@ put_back_if_lost(void)
 	/* the releases again, then the holders, then the waiters in line */
 	calls = palloc(sizeof(SkScriptCall) * (nagain + n));
 	for (int i = 0; i < nagain; i++)
-		calls[i] = lock_call(STEP_GIVE, again[i].mode, again[i].name, again[i].owner, 0, false);
+		calls[i] = sk_lock_call(SK_LOCK_GIVE, again[i].mode, again[i].name, again[i].owner, 0, false);
 	for (int i = 0; i < n; i++)
-		calls[nagain + i] = lock_call(locks[i].waiter ? STEP_TAKE : STEP_PUT_BACK, locks[i].mode,
+		calls[nagain + i] = sk_lock_call(locks[i].waiter ? SK_LOCK_TAKE : SK_LOCK_PUT_BACK, locks[i].mode,
 									  locks[i].name, locks[i].owner, locks[i].lease_ms, true);
 	result = palloc(sizeof(int) * (nagain + n));
 	if (!sk_lease_run(calls, nagain + n, false, result, NULL, why, sizeof(why)))
@@ -488,7 +422,7 @@ refuse_grants_held_here(const SeckillRequest *const *requests, int *result, cons
 	for (int i = 0; i < n; i++)
 		if (contended[i] && result[i] == SK_LEASE_YES)
 		{
-			calls[m] = lock_call(STEP_GIVE, requests[i]->lock.mode, requests[i]->lock.name,
+			calls[m] = sk_lock_call(SK_LOCK_GIVE, requests[i]->lock.mode, requests[i]->lock.name,
 								 requests[i]->lock.owner, 0, false);
 			which[m++] = i;
 		}
@@ -556,9 +490,11 @@ acquire_by_redlock(const SeckillRequest *request, SeckillReply *reply)
 {
 	TimestampTz sent = GetCurrentTimestamp();
 	char		why[SK_MESSAGE_LEN];
+	SkScriptCall take,
+				give;
 
-	switch (sk_redlock_acquire(SK_SCRIPT_ACQUIRE, SK_SCRIPT_UNLOCK, sk_keys_lock(request->lock.name),
-							   request->lock.owner, request->lock.lease_ms, why, sizeof(why)))
+	sk_redlock_lock_calls(request->lock.name, request->lock.owner, request->lock.lease_ms, &take, &give);
+	switch (sk_redlock_acquire(&take, &give, request->lock.lease_ms, why, sizeof(why)))
 	{
 		case REDLOCK_BUSY:
 			if (request->lock.waits)
@@ -637,7 +573,7 @@ sk_lock_acquire_many(const SeckillRequest *const *requests, SeckillReply *const 
 	{
 		const SeckillRequest *r = requests[i];
 
-		calls[i] = lock_call(STEP_TAKE, r->lock.mode, r->lock.name, r->lock.owner, r->lock.lease_ms,
+		calls[i] = sk_lock_call(SK_LOCK_TAKE, r->lock.mode, r->lock.name, r->lock.owner, r->lock.lease_ms,
 							 r->lock.waits);
 	}
 	result = palloc(sizeof(int) * n);
@@ -747,7 +683,7 @@ sk_lock_release_many(const SeckillRequest *const *requests, SeckillReply *const 
 	put_back_if_lost();
 	for (int i = 0; i < n; i++)
 	{
-		calls[i] = lock_call(STEP_GIVE, requests[i]->lock.mode, requests[i]->lock.name,
+		calls[i] = sk_lock_call(SK_LOCK_GIVE, requests[i]->lock.mode, requests[i]->lock.name,
 							 requests[i]->lock.owner, 0, false);
 	}
 	reached = sk_lease_run(calls, n, sk_redlock_enabled(), result, NULL, why, sizeof(why));
@@ -864,7 +800,7 @@ sk_lock_keeper_tick(void)
 	calls = palloc(sizeof(SkScriptCall) * njobs);
 	for (int i = 0; i < njobs; i++)
 	{
-		calls[i] = lock_call(jobs[i].release ? STEP_GIVE : STEP_RENEW, jobs[i].mode, jobs[i].name,
+		calls[i] = sk_lock_call(jobs[i].release ? SK_LOCK_GIVE : SK_LOCK_RENEW, jobs[i].mode, jobs[i].name,
 							 jobs[i].owner, jobs[i].lease_ms, false);
 	}
 	result = palloc(sizeof(int) * njobs);

@@ -24,7 +24,7 @@
 #include "worker/rebuild.h"
 
 #include "layout/keys.h"
-#include "layout/scripts.h"
+#include "layout/rebuild_commands.h"
 #include "miscadmin.h"
 #include "redis/redis.h"
 #include "shared/campaign_cache.h"
@@ -36,13 +36,11 @@
 
 /*
  * A step's budget: purchases queued behind it wait no longer than that.
- * Pages of buyers are sized to fit it, between PAGE_MIN and PAGE_MAX users;
- * a SADD takes up to SADD_USERS of them.
+ * Pages of buyers are sized to fit it, between PAGE_MIN and PAGE_MAX users.
  */
 #define STEP_BUDGET_MS 1
 #define PAGE_MIN 200
 #define PAGE_MAX 20000
-#define SADD_USERS 1000
 
 /* A rebuild whose staged sets were lost is started again, this many times. */
 #define MAX_ATTEMPTS 3
@@ -89,15 +87,6 @@ static struct
 	TimestampTz at;
 }			failed[MAX_FAILED];
 
-static char *
-usec_arg(TimestampTz ts)
-{
-	if (TIMESTAMP_IS_NOEND(ts))
-		return "inf";
-	if (TIMESTAMP_IS_NOBEGIN(ts))
-		return "0";
-	return psprintf(INT64_FORMAT, seckill_unix_usec(ts));
-}
 
 static Rebuild *
 find(int64 campaign_id)
@@ -263,13 +252,7 @@ restart(Rebuild *r, SeckillReply *reply)
 
 	sk_pipeline_init(&p);
 	for (int shard = 0; shard < r->nshards; shard++)
-	{
-		sk_pipeline_add(&p, 2, (const char *[]) {"DEL",
-						sk_keys_shard(r->campaign_id, shard, r->nshards, "staged-buyers")}, NULL);
-		if (r->draft)
-			sk_pipeline_add(&p, 2, (const char *[]) {"DEL",
-							sk_keys_shard(r->campaign_id, shard, r->nshards, "journal")}, NULL);
-	}
+		sk_staged_clear_send(&p, r->campaign_id, shard, r->nshards, r->draft);
 	if (sk_pipeline_exec(&p) == NULL)
 	{
 		seckill_reply_error(reply, SK_ERR_REDIS, "%s", sk_redis_error());
@@ -352,43 +335,17 @@ stage_page(Rebuild *r, SeckillReply *reply)
 	List	   *users;
 	SkPipeline	p;
 	SkReply    *replies;
-	const char ***sadd = palloc(sizeof(char **) * r->nshards);
-	int		   *nsadd = palloc0(sizeof(int) * r->nshards);
 	int			limit = page_size;
-	int		   *sent = palloc(sizeof(int) * (limit / SADD_USERS + 1 + r->nshards));
-	int			nsent = 0;
-	ListCell   *lc;
+	int		   *sent;
+	int			nsent;
 
 	store_begin("seckill: read buyers");
 	users = store_buyers_page(r->campaign_id, r->phase == STAGE_KEPT, r->after, limit);
 	store_commit();
 
 	sk_pipeline_init(&p);
-	for (int shard = 0; shard < r->nshards; shard++)
-		sadd[shard] = palloc(sizeof(char *) * (SADD_USERS + 2));
-	foreach(lc, users)
-	{
-		int			shard = sk_keys_home_shard(lfirst(lc), r->nshards);
-
-		if (nsadd[shard] == 0)
-		{
-			sadd[shard][nsadd[shard]++] = "SADD";
-			sadd[shard][nsadd[shard]++] = sk_keys_shard(r->campaign_id, shard, r->nshards, "staged-buyers");
-		}
-		sadd[shard][nsadd[shard]++] = lfirst(lc);
-		if (nsadd[shard] == SADD_USERS + 2)
-		{
-			sk_pipeline_add(&p, nsadd[shard], sadd[shard], NULL);
-			sent[nsent++] = shard;
-			nsadd[shard] = 0;
-		}
-	}
-	for (int shard = 0; shard < r->nshards; shard++)
-		if (nsadd[shard] > 0)
-		{
-			sk_pipeline_add(&p, nsadd[shard], sadd[shard], NULL);
-			sent[nsent++] = shard;
-		}
+	sent = palloc(sizeof(int) * sk_staged_add_commands(list_length(users), r->nshards));
+	nsent = sk_staged_add_send(&p, r->campaign_id, r->nshards, users, sent);
 	if (nsent > 0)
 	{
 		replies = sk_pipeline_exec(&p);
@@ -399,14 +356,17 @@ stage_page(Rebuild *r, SeckillReply *reply)
 		}
 		for (int i = 0; i < nsent; i++)
 		{
-			if (sk_reply_is_error(&replies[i]))
+			int64		added;
+			const char *why;
+
+			if (!sk_staged_add_answer(&replies[i], &added, &why))
 			{
 				seckill_reply_error(reply, SK_ERR_REDIS_REFUSED,
 									"staging the buyers of campaign " INT64_FORMAT " in Redis failed: %s",
-									r->campaign_id, replies[i].str);
+									r->campaign_id, why);
 				return false;
 			}
-			r->staged[sent[i]] += sk_reply_int(&replies[i]);
+			r->staged[sent[i]] += added;
 		}
 	}
 
@@ -442,8 +402,6 @@ load(Rebuild *r, SeckillReply *reply, bool *again)
 	SeckillCampaignRow row;
 	SkPipeline	p;
 	SkReply    *replies;
-	const char *keys[4];
-	const char *args[7 + SK_LIMIT_ARGS];
 	int			stock;
 	int64		buyers = 0;
 	bool		found;
@@ -464,18 +422,8 @@ load(Rebuild *r, SeckillReply *reply, bool *again)
 	stock = row.total_stock - row.sold;
 	sk_pipeline_init(&p);
 	for (int shard = 0; shard < r->nshards; shard++)
-	{
-		sk_keys_shard_set(r->campaign_id, shard, r->nshards, keys);
-		keys[3] = sk_keys_shard(r->campaign_id, shard, r->nshards, "staged-buyers");
-		args[0] = psprintf("%d", sk_keys_shard_stock(stock, shard, r->nshards));
-		args[1] = usec_arg(row.starts_at);
-		args[2] = usec_arg(row.ends_at);
-		args[3] = psprintf("%d", row.per_user_limit);
-		args[4] = "open";
-		args[5] = psprintf(INT64_FORMAT, r->staged[shard]);
-		args[6] = sk_epoch_arg();
-		sk_pipeline_script(&p, SK_SCRIPT_LOAD, 4, keys, 7 + sk_scripts_limit_args(&row.limits, &args[7]), args);
-	}
+		sk_load_send(&p, &row, shard, r->nshards, sk_keys_shard_stock(stock, shard, r->nshards),
+					 r->staged[shard], sk_epoch_arg());
 	replies = sk_pipeline_exec(&p);
 	if (replies == NULL)
 	{
@@ -484,27 +432,31 @@ load(Rebuild *r, SeckillReply *reply, bool *again)
 	}
 	for (int shard = 0; shard < r->nshards; shard++)
 	{
-		if (!sk_reply_is_error(&replies[shard]))
+		int64		loaded;
+		const char *why;
+
+		switch (sk_load_answer(&replies[shard], &loaded, &why))
 		{
-			buyers += sk_reply_int(&replies[shard]);
-			continue;
-		}
-		if (strncmp(replies[shard].str, "SECKILL_STAGED", 14) == 0 && r->attempts < MAX_ATTEMPTS)
-		{
-			ereport(LOG,
-					(errmsg("seckill worker stages the buyers of campaign " INT64_FORMAT " again: %s",
-							r->campaign_id, replies[shard].str)));
-			*again = true;
-			return restart(r, reply);
-		}
-		if (strncmp(replies[shard].str, "SECKILL_FENCED", 14) == 0)
-		{
-			sk_epoch_fence("a load was refused");
-			sk_epoch_reply_fenced(reply);
-			return false;
+			case SK_LOAD_DONE:
+				buyers += loaded;
+				continue;
+			case SK_LOAD_STAGED_AGAIN:
+				if (r->attempts >= MAX_ATTEMPTS)
+					break;
+				ereport(LOG,
+						(errmsg("seckill worker stages the buyers of campaign " INT64_FORMAT " again: %s",
+								r->campaign_id, why)));
+				*again = true;
+				return restart(r, reply);
+			case SK_LOAD_FENCED:
+				sk_epoch_fence("a load was refused");
+				sk_epoch_reply_fenced(reply);
+				return false;
+			case SK_LOAD_FAILED:
+				break;
 		}
 		seckill_reply_error(reply, SK_ERR_REDIS_REFUSED, "loading campaign " INT64_FORMAT " into Redis failed: %s",
-							r->campaign_id, replies[shard].str);
+							r->campaign_id, why);
 		return false;
 	}
 
@@ -725,9 +677,7 @@ sk_rebuild_note_cancel(const SkCancelled *c)
 		return true;
 	sk_pipeline_init(&p);
 	foreach(lc, c->users)
-		sk_pipeline_add(&p, 3, (const char *[]) {"SREM",
-						sk_keys_shard(c->campaign_id, sk_keys_home_shard(lfirst(lc), r->nshards),
-									 r->nshards, "staged-buyers"), lfirst(lc)}, NULL);
+		sk_staged_remove_send(&p, c->campaign_id, r->nshards, lfirst(lc));
 	replies = sk_pipeline_exec(&p);
 	if (replies == NULL)
 	{
@@ -738,11 +688,7 @@ sk_rebuild_note_cancel(const SkCancelled *c)
 		return true;
 	}
 	foreach(lc, c->users)
-	{
-		SkReply    *reply = &replies[foreach_current_index(lc)];
-
-		if (!sk_reply_is_error(reply))
-			r->staged[sk_keys_home_shard(lfirst(lc), r->nshards)] -= sk_reply_int(reply);
-	}
+		r->staged[sk_keys_home_shard(lfirst(lc), r->nshards)] -=
+			sk_staged_remove_answer(&replies[foreach_current_index(lc)]);
 	return true;
 }

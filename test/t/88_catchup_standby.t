@@ -4,10 +4,11 @@
 # (test/t/pg_pair.sh), a standby streams through a relay that forwards 1 MB
 # a second while the primary has tens of megabytes of WAL it lacks, so its
 # walsender stays in catch-up.  The primary remembers it had a standby
-# (seckill.worker_state.had_standby) while it is still catching up; then,
-# Redis having lost every key of the prefix, the primary under the default
-# seckill.redis_epoch_lost = auto refuses to sell (55P03) instead of
-# rebuilding: the standby might have been promoted behind its back.
+# (seckill.worker_state.had_standby) while it is still catching up.  The
+# standby is then promoted, still in catch-up; the old primary crashes and
+# Redis restarts empty; the old primary, restarted under the default
+# seckill.redis_epoch_lost = auto, refuses to sell (55P03) instead of
+# rebuilding: its standby was promoted behind its back.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
@@ -64,15 +65,24 @@ seckill_wait_for "[ \"\$(val $a_port 'SELECT had_standby FROM seckill.worker_sta
 ok "[ $? -eq 0 ]" "the primary remembers it had a standby (had_standby)"
 ok catching_up "while the standby is still in catch-up, never seen streaming"
 
-# the standby and its relay stop; Redis loses every key of the prefix
-pgctl b -w -m immediate stop >/dev/null
+# the standby is promoted while still in catch-up (its relay stops; it ends
+# recovery with the WAL it has) and takes its timeline; it then stops, the
+# old primary crashes, and Redis restarts empty
 kill "$relay" && wait "$relay" 2>/dev/null
 relay=
-rcli --scan --pattern "$prefix:*" | xargs -r redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" del >/dev/null
-is "$(prefix_keys)" 0 "Redis lost every key of the prefix, the epoch too"
+pgctl b -w promote >/dev/null && seckill_wait_for "[ \"\$(val $b_port 'SELECT pg_is_in_recovery()')\" = f ]" 30
+ok "[ $? -eq 0 ]" "the standby, promoted while in catch-up, is a primary"
+is "$(val "$b_port" "SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int")" 2 \
+	"... on timeline 2"
+pgctl b -w -m fast stop >/dev/null
+pgctl a -w -m immediate stop >/dev/null
+seckill_redis_restart_empty
+is "$(prefix_keys)" 0 "Redis restarted empty: every key of the prefix lost, the epoch too"
+pgctl a -w start >/dev/null && seckill_wait_for "ready $a_port" 30
+ok "[ $? -eq 0 ]" "the old primary restarted (timeline 1), next to the emptied Redis" || finish
 refused=$(answer "$a_port" a-2)
 grep -q 'ERROR:  55P03:.*lost the epoch' <<<"$refused"
-ok "[ $? -eq 0 ]" "under auto, the primary refuses to sell (55P03: Redis lost the epoch) rather than rebuild" ||
+ok "[ $? -eq 0 ]" "under auto, the old primary refuses to sell (55P03: Redis lost the epoch) rather than rebuild" ||
 	diag "$refused"
 is "$(prefix_keys)" 0 "and writes nothing to Redis"
 finish

@@ -11,7 +11,9 @@
 # seckill_epoch_claim() on it.  Then the new primary sells, Redis agrees
 # with it without a reconcile, and the old one is fenced for good: its own
 # claim is refused and it remembers the timeline that fenced it.  Redis
-# emptied under the running primary makes it wait too.  With rebuild, a
+# emptied under the running primary makes it wait too, while the locks'
+# watchdog goes on: a held lock's lease is put back and renewed, and an
+# ended session's lock released.  With rebuild, a
 # primary whose Redis lost the epoch records it again by itself and sells;
 # so does the new primary with auto: it recorded its timeline and has had
 # no standby of its own, so it is the newest primary it knows of (its
@@ -159,12 +161,38 @@ grep -q 'permission denied' <<<"$claim"
 ok "[ $? -eq 0 ]" "seckill_epoch_claim() is not for PUBLIC: $claim"
 is "$(val "$b_port" "SELECT seckill_epoch_claim()")" 2 "a claim where Redis holds this server's epoch changes nothing"
 # Redis loses the keys under a running worker: the campaign found gone, the
-# epoch is checked before it is rebuilt
+# epoch is checked before it is rebuilt.  Two locks are held meanwhile,
+# their leases 600 ms, renewed by the watchdog; the session of one ends
+# while the server waits for the claim.
+val "$b_port" "ALTER SYSTEM SET seckill.lock_lease = 600" >/dev/null && val "$b_port" "SELECT pg_reload_conf()" >/dev/null
+PGHOST=127.0.0.1 PGPORT=$b_port PGUSER=postgres PGDATABASE=postgres session_hold "SELECT seckill_lock('kept-lock');"
+at "$b_port" -c "SELECT seckill_lock('ended-lock')" -c "SELECT pg_sleep(120)" >/dev/null 2>&1 &
+ended_session=$!
+lock_row() { val "$b_port" "SELECT state || ' ' || renewals FROM seckill.locks WHERE name = '$1'"; }
+renewals() { local row; row=$(lock_row kept-lock); echo "${row#held }"; }
+seckill_wait_for "[ -n \"\$(lock_row ended-lock)\" ] && [ \"\$(renewals)\" -ge 1 ] 2>/dev/null" 10
+ok "[ $? -eq 0 ]" "two locks held on the new primary, renewed by the watchdog"
 flush_prefix
 running=$(answer "$b_port" running-1)
 grep -q 'ERROR:  55P03:.*lost the epoch' <<<"$running"
 ok "[ $? -eq 0 ]" "Redis emptied under a running primary: it waits for a claim, rebuilding nothing" || diag "$running"
-is "$(rcli --scan --pattern "$prefix:*" | grep -vc ':order-ids$')" 0 "Redis holds no campaign or epoch key of the prefix"
+is "$(rcli --scan --pattern "$prefix:*" | grep -v ':order-ids$' | grep -vc ':{lock:')" 0 \
+	"Redis holds no campaign or epoch key of the prefix"
+# while the server waits for the claim, the watchdog runs: the lease Redis
+# lost is put back and renewed, the ended session's lock released
+r0=$(renewals)
+seckill_wait_for "[ \"\$(renewals)\" -ge $((r0 + 4)) ] 2>/dev/null" 5
+ok "[ $? -eq 0 ]" "waiting for the claim, the held lock is still renewed ($r0 renewals, then $(renewals)), shown $(lock_row kept-lock | cut -d' ' -f1)"
+is "$(rcli EXISTS "$prefix:{lock:kept-lock}")" 1 "... its lease, lost with Redis' keys, is back in Redis"
+kill "$ended_session" 2>/dev/null
+val "$b_port" "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(120)%' AND pid <> pg_backend_pid()" >/dev/null
+wait "$ended_session" 2>/dev/null
+seckill_wait_for "[ -z \"\$(lock_row ended-lock)\" ]" 5
+ok "[ $? -eq 0 ]" "the lock of a session that ended is released while the server waits for the claim"
+is "$(rcli EXISTS "$prefix:{lock:ended-lock}")" 0 "... and its lease is gone from Redis"
+session_end "SELECT seckill_unlock('kept-lock');"
+is "$(tail -n 1 "$SESSION_OUT")" t "the held lock's holder releases it, held to the end"
+val "$b_port" "ALTER SYSTEM RESET seckill.lock_lease" >/dev/null && val "$b_port" "SELECT pg_reload_conf()" >/dev/null
 is "$(val "$b_port" "SELECT seckill_epoch_claim()")" 2 "claimed again"
 is "$(answer "$b_port" running-2)" ok "it sells again"
 val "$b_port" "ALTER SYSTEM SET seckill.redis_epoch_lost = rebuild" >/dev/null && val "$b_port" "SELECT pg_reload_conf()" >/dev/null

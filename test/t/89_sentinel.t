@@ -10,6 +10,8 @@
 #     TCP relay (socat), is frozen with SIGSTOP: the promoted replica lacks
 #     acknowledged purchases, and the rebuild repairs them without a reconcile;
 #     a lock taken meanwhile, which it lacks too, is put back, still held;
+#     and 12 sessions that take a lock fair and 3 shared, in loops
+#     (test/t/lock_crowd.sh), never hold it together, their tokens rising;
 #  4. the old master restarted empty: it rejoins as a replica, sales go on;
 #     then 8 sessions waiting in a fair lock's line across a SENTINEL
 #     FAILOVER each get the lock in turn with a newer token, or an error;
@@ -27,6 +29,8 @@ set -uo pipefail
 . "$(dirname "$0")/tap.sh"
 # shellcheck source=test/t/sale.sh
 . "$(dirname "$0")/sale.sh"
+# shellcheck source=test/t/lock_crowd.sh
+. "$(dirname "$0")/lock_crowd.sh"
 
 # Below 32768, where the kernel's ephemeral ports begin; derived from the
 # suite's port (apart from 88_failover.t's) so that parallel runs differ.
@@ -201,6 +205,9 @@ seckill_wait_for "replicates $replica $relay_port" 10
 ok "[ $? -eq 0 ]" "kill: the replica replicates through a relay on port $relay_port" || finish
 seckill_wait_for "[ \$(oks_since '$since') -ge 500 ]" 30
 ok "[ $? -eq 0 ]" "kill: the sale is under way" || finish
+lock_crowd_start sentinel-crowd 40 "$work"
+seckill_wait_for "lock_crowd_busy sentinel-crowd" 15
+ok "[ $? -eq 0 ]" "kill: a lock held by a crowd, 8 or more sessions in its line"
 relay_signal STOP
 # a lock taken now: the replica never hears of it
 session_hold "SELECT seckill_lock('sentinel-lost');"
@@ -213,6 +220,7 @@ ok "[ ${stale%% *} -gt ${current%% *} ]" \
 	"kill: the replica misses them (its stock ${stale%% *}, the master's ${current%% *})"
 diag "kill: the replica is $(($(info "$master" replication master_repl_offset) -
 	$(info "$replica" replication slave_repl_offset))) bytes of replication behind"
+seckill_wait_for "lock_crowd_long_hold sentinel-crowd" 15
 pid=$(cat "$work/redis-$master/pid")
 kill -KILL "$pid"
 rm -f "$work/redis-$master/pid"
@@ -230,6 +238,9 @@ is "$(psql_val "SELECT seckill_lock('sentinel-lost', '300 ms') IS NULL")" t \
 is "$(rcli "$replica" EXISTS "seckill:{lock:sentinel-lost}")" 1 "kill: the worker put its lease back on the promoted replica"
 session_end "SELECT seckill_unlock('sentinel-lost');"
 is "$(tail -n 1 "$SESSION_OUT")" t "kill: its holder releases it, held throughout"
+seckill_wait_for "lock_crowd_busy sentinel-crowd" 15
+ok "[ $? -eq 0 ]" "kill: the crowd's lock moves on on the promoted replica"
+lock_crowd_check sentinel-crowd kill
 after "kill" "$since" "$mark" "$replica" "$comp"
 old=$master
 master=$replica

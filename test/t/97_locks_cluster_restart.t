@@ -4,7 +4,11 @@
 # finds that master new (its run_id), puts the holder's lease and the line
 # back before any other lock script runs, nobody is granted the lock
 # meanwhile, and once the holder lets go the waiters get it in the order
-# they came, each with a newer fencing token.
+# they came, each with a newer fencing token.  Then 12 sessions take the
+# lock fair and 3 take it shared, in loops (test/t/lock_crowd.sh), and that
+# master restarts empty again while a hold of 4 s is under way: no
+# exclusive hold overlaps another, the tokens rise in grant order, and
+# every holder still held the lock when it released it.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
@@ -12,6 +16,8 @@ set -uo pipefail
 . "$(dirname "$0")/sale.sh"
 # shellcheck source=test/t/fair_line.sh
 . "$(dirname "$0")/fair_line.sh"
+# shellcheck source=test/t/lock_crowd.sh
+. "$(dirname "$0")/lock_crowd.sh"
 
 base=$SECKILL_OWN_PORT
 nodes=("$base" $((base + 1)) $((base + 2)))
@@ -47,15 +53,19 @@ ok "[ $holder != none ]" "its lease is on the master on port $holder" || done_te
 
 # that master restarts empty, on its own cluster configuration
 run_id() { rcli "$1" INFO server | tr -d '\r' | sed -n 's/^run_id://p'; }
+restart_empty() {
+	local before pid
+	before=$(run_id "$holder")
+	pid=$(cat "$work/redis-$holder/pid")
+	rcli "$holder" SHUTDOWN NOSAVE >/dev/null 2>&1
+	seckill_wait_for "! seckill_running $pid" 10
+	seckill_cluster_node_start "$work/redis-$holder" "$holder" 7>&-
+	seckill_wait_for "seckill_cluster_ok ${nodes[*]}" 20
+	ok "[ $? -eq 0 ] && [ \"\$(run_id $holder)\" != '$before' ]" \
+		"$1: the master on port $holder restarted without its data (a new run_id), the cluster ok"
+}
 mark=$(wc -c <"$log")
-before=$(run_id "$holder")
-pid=$(cat "$work/redis-$holder/pid")
-rcli "$holder" SHUTDOWN NOSAVE >/dev/null 2>&1
-seckill_wait_for "! seckill_running $pid" 10
-seckill_cluster_node_start "$work/redis-$holder" "$holder" 7>&-
-seckill_wait_for "seckill_cluster_ok ${nodes[*]}" 20
-ok "[ $? -eq 0 ] && [ \"\$(run_id $holder)\" != '$before' ]" \
-	"the master on port $holder restarted without its data (a new run_id), the cluster ok"
+restart_empty line
 seckill_wait_for "tail -c +$((mark + 1)) '$log' | grep -q 'seckill worker put back 1 lock lease(s) and $waiters place(s)'" 20
 ok "[ $? -eq 0 ]" "the worker put back the holder's lease and the $waiters places" ||
 	diag "$(tail -c +$((mark + 1)) "$log" | grep -i 'put back\|kept\|lost\|run_id\|epoch')"
@@ -71,5 +81,18 @@ is "$(psql_val "SELECT string_agg(waiter::text, ' ' ORDER BY at) FROM fair_grant
 	"in the order they came"
 is "$(psql_val "SELECT count(*) FROM (SELECT token <= coalesce(lag(token) OVER (ORDER BY at), $fair_first) AS older
 	FROM fair_grants) g WHERE older")" 0 "each with a newer fencing token than the one before"
+
+# the crowd on the same lock, and the same master restarted empty under it
+lock_crowd_start cl 20 "$work"
+seckill_wait_for "lock_crowd_busy cl" 15
+ok "[ $? -eq 0 ]" "crowd: the lock held, 8 or more sessions waiting in line"
+seckill_wait_for "lock_crowd_long_hold cl" 15
+mark=$(wc -c <"$log")
+restart_empty crowd
+seckill_wait_for "tail -c +$((mark + 1)) '$log' | grep -q 'seckill worker put back [1-9]'" 20
+ok "[ $? -eq 0 ]" "crowd: the worker put the leases back"
+seckill_wait_for "lock_crowd_busy cl" 15
+ok "[ $? -eq 0 ]" "crowd: ... and the line moves on"
+lock_crowd_check cl crowd
 
 done_testing_with_logs 20 "$log" "$work"/*/log

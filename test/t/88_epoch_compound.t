@@ -3,12 +3,12 @@
 # server, a lone primary on timeline 1, and its Redis:
 #  1. a base backup (pg_basebackup -X stream) and pg_receivewal are no
 #     standby: they replay nothing.  With seckill.redis_epoch_lost left at
-#     auto, a Redis restarted empty after them is taken for a new one, and
-#     the server sells again within 5 s without a claim;
+#     auto, a Redis restarted empty after them (no persistence) is taken
+#     for a new one, and the server sells again within 5 s without a claim;
 #  2. a claim is all or nothing: one that errors (a lock timeout while it
-#     reads the campaigns) or whose caller gave up (seckill.request_timeout)
-#     before it was recorded records nothing, and purchases still wait; the
-#     next claim sells;
+#     reads the campaigns) or whose caller gave up (seckill.request_timeout,
+#     or a cancel) before it was recorded records nothing, and purchases
+#     still wait; the next claim sells;
 #  3. a promotion id that cannot be written (a directory where its file
 #     goes) fails closed: purchases are refused, naming it, until it can be
 #     written, and then sell within seconds;
@@ -83,10 +83,10 @@ ok "[ $all -eq 0 ]" "every purchase sells for 3 s while pg_receivewal streams"
 kill "$RECEIVER" && wait "$RECEIVER"
 RECEIVER=
 is "$(had_standby)" f "seckill.worker_state: neither the base backup nor pg_receivewal counts as a standby"
-seckill_redis_cli FLUSHALL >/dev/null
+seckill_redis_restart_empty
 t0=$(date +%s%3N)
 seckill_wait_for sells 5
-ok "[ $? -eq 0 ]" "Redis emptied (a restart without persistence): the lone server sells again in $(($(date +%s%3N) - t0)) ms, unclaimed"
+ok "[ $? -eq 0 ]" "Redis restarted without persistence: the lone server sells again in $(($(date +%s%3N) - t0)) ms, unclaimed"
 
 # 2. The claim, with seckill.redis_epoch_lost = wait
 seckill_configure "SET seckill.redis_epoch_lost = wait"
@@ -109,6 +109,23 @@ ok "[[ \"\$err\" == *'did not answer'* || \"\$err\" == *timeout* || \"\$err\" ==
 session_end "COMMIT;"
 seckill_wait_for "[ \$(grep -c 'drops seckill_epoch_claim()' '$log') -gt $before ]" 10
 ok "[ $? -eq 0 ]" "the worker, free of the lock, drops the claim its caller gave up on"
+waits_for 2000
+ok "[ $? -eq 0 ]" "and for 2 s after, every purchase still waits and Redis holds no epoch"
+
+# a claim whose caller is cancelled while the worker waits for the lock
+session_hold "BEGIN; LOCK TABLE seckill.campaigns IN ACCESS EXCLUSIVE MODE;"
+before=$(grep -c 'drops seckill_epoch_claim()' "$log")
+psql -XAtq -c "SELECT seckill_epoch_claim()" >"$work/cancelled.out" 2>&1 7>&- &
+claimer=$!
+claiming() { psql_val "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT seckill_epoch_claim()' AND state = 'active'"; }
+seckill_wait_for "[ \"\$(claiming)\" = 1 ]" 10
+psql_val "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query = 'SELECT seckill_epoch_claim()'" >/dev/null
+wait "$claimer"
+ok "grep -q 'canceling statement due to user request' '$work/cancelled.out'" \
+	"a claim cancelled while the worker waits for the lock fails for its caller: $(tr '\n' ' ' <"$work/cancelled.out")"
+session_end "COMMIT;"
+seckill_wait_for "[ \$(grep -c 'drops seckill_epoch_claim()' '$log') -gt $before ]" 10
+ok "[ $? -eq 0 ]" "the worker, free of the lock, drops the cancelled claim"
 waits_for 2000
 ok "[ $? -eq 0 ]" "and for 2 s after, every purchase still waits and Redis holds no epoch"
 seckill_configure "RESET seckill.worker_lock_timeout"
@@ -155,7 +172,9 @@ seckill_redis_cli SET 'seckill:{seckill}:master' 0000000000000000000000000000000
 seckill_redis_cli CLIENT KILL TYPE normal >/dev/null
 fenced() { [[ "$(answer "buyer-fenced-$RANDOM")" == *'another primary sells'* ]]; }
 seckill_wait_for fenced 10
-ok "[ $? -eq 0 ]" "this server, on timeline 1, finds a new master: its take-over is refused, fenced (55P03)"
+ok "[ $? -eq 0 ]" "this server, on timeline 1, finds a new master: its take-over is refused, fenced"
+refused=$(psql -XAtq -v VERBOSITY=verbose -c "SELECT status FROM seckill_buy('buyer-fenced-code', '$goods')" 2>&1)
+ok "[[ \"\$refused\" == *'ERROR:  55P03:'* ]]" "... with SQLSTATE 55P03" || diag "$refused"
 is "$(seckill_redis_cli HGET "$meta" epoch)" 2 "the campaign's hash keeps epoch 2"
 ok "grep -q 'another primary sells through this Redis' '$log'" "the log says why"
 is "$(psql_val "SELECT fenced_by_timeline FROM seckill.worker_state")" 2 "seckill.worker_state remembers the fence"

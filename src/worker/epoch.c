@@ -497,6 +497,9 @@ take_over(const char *why, const char *stale)
 
 	if (store_sql_outdated)
 		return false;
+	/* a claim given up on while the campaigns were read marks nothing */
+	if (claim.on && !claim_holds())
+		return false;
 
 	sk_pipeline_init(&p);
 	foreach(lc, rows)
@@ -648,7 +651,7 @@ sk_epoch_check(void)
 	}
 	if (why != NULL && !take_over(why, stale))
 		return false;
-	/* a claim given up on while the campaigns were read records nothing */
+	/* a claim given up on meanwhile records nothing */
 	if (recorded == 0 && claim.on && !claim_holds())
 		return false;
 

@@ -50,11 +50,13 @@ waits() { # a purchase is refused: Redis lost the epoch
 epoch_key='seckill:{seckill}:epoch'
 had_standby() { psql_val "SELECT had_standby FROM seckill.worker_state"; }
 # waits_for ms: for that long, every purchase waits and Redis holds no epoch
+# and no key of a campaign (a claim that does not hold marks none)
 waits_for() {
 	local until=$(($(date +%s%3N) + $1)) all=0
 	while [ "$(date +%s%3N)" -lt "$until" ]; do
 		waits || all=1
 		[ "$(seckill_redis_cli EXISTS "$epoch_key")" = 0 ] || all=1
+		[ -z "$(seckill_redis_cli --scan --pattern 'seckill:{c:*')" ] || all=1
 	done
 	return $all
 }
@@ -98,7 +100,7 @@ err=$(psql_val "SELECT seckill_epoch_claim()" 2>&1)
 ok "[[ \"\$err\" == *lock* ]]" "a claim while an application locks seckill.campaigns fails: ${err//$'\n'/ }"
 session_end "COMMIT;"
 waits_for 3000
-ok "[ $? -eq 0 ]" "for 3 s after it, the lock gone, every purchase still waits and Redis holds no epoch"
+ok "[ $? -eq 0 ]" "for 3 s after it, the lock gone, every purchase still waits and Redis holds no epoch, no campaign key"
 
 seckill_configure "SET seckill.worker_lock_timeout = 3000"
 session_hold "BEGIN; LOCK TABLE seckill.campaigns IN ACCESS EXCLUSIVE MODE;"
@@ -110,7 +112,7 @@ session_end "COMMIT;"
 seckill_wait_for "[ \$(grep -c 'drops seckill_epoch_claim()' '$log') -gt $before ]" 10
 ok "[ $? -eq 0 ]" "the worker, free of the lock, drops the claim its caller gave up on"
 waits_for 2000
-ok "[ $? -eq 0 ]" "and for 2 s after, every purchase still waits and Redis holds no epoch"
+ok "[ $? -eq 0 ]" "and for 2 s after, every purchase still waits and Redis holds no epoch, no campaign key"
 
 # a claim whose caller is cancelled while the worker waits for the lock
 session_hold "BEGIN; LOCK TABLE seckill.campaigns IN ACCESS EXCLUSIVE MODE;"
@@ -127,7 +129,7 @@ session_end "COMMIT;"
 seckill_wait_for "[ \$(grep -c 'drops seckill_epoch_claim()' '$log') -gt $before ]" 10
 ok "[ $? -eq 0 ]" "the worker, free of the lock, drops the cancelled claim"
 waits_for 2000
-ok "[ $? -eq 0 ]" "and for 2 s after, every purchase still waits and Redis holds no epoch"
+ok "[ $? -eq 0 ]" "and for 2 s after, every purchase still waits and Redis holds no epoch, no campaign key"
 seckill_configure "RESET seckill.worker_lock_timeout"
 
 is "$(psql_val "SELECT seckill_epoch_claim()" 2>&1)" 1 "a claim that nothing stops records timeline 1"

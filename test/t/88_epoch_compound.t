@@ -119,8 +119,13 @@ session_hold "BEGIN; LOCK TABLE seckill.campaigns IN ACCESS EXCLUSIVE MODE;"
 before=$(grep -c 'drops seckill_epoch_claim()' "$log")
 psql -XAtq -c "SELECT seckill_epoch_claim()" >"$work/cancelled.out" 2>&1 7>&- &
 claimer=$!
-claiming() { psql_val "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT seckill_epoch_claim()' AND state = 'active'"; }
-seckill_wait_for "[ \"\$(claiming)\" = 1 ]" 10
+# its caller waits, and the worker, serving it, waits for the table's lock
+claiming() {
+	psql_val "SELECT count(*) FILTER (WHERE query = 'SELECT seckill_epoch_claim()' AND state = 'active')
+		|| ' ' || count(*) FILTER (WHERE backend_type = 'seckill worker' AND wait_event_type = 'Lock')
+		FROM pg_stat_activity"
+}
+seckill_wait_for "[ \"\$(claiming)\" = '1 1' ]" 10
 psql_val "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query = 'SELECT seckill_epoch_claim()'" >/dev/null
 wait "$claimer"
 ok "grep -q 'canceling statement due to user request' '$work/cancelled.out'" \

@@ -59,6 +59,7 @@ stop() {
 }
 cleanup() {
 	[ -n "$CROWD" ] && kill "$CROWD" 2>/dev/null && wait "$CROWD"
+	lock_crowd_kill
 	seckill_configure "RESET seckill.redis_sentinels" "RESET seckill.redis_master_name" \
 		"RESET seckill.redis_host" "RESET seckill.redis_port" "RESET seckill.redis_user" \
 		"RESET seckill.redis_password_file" "RESET seckill.redis_sentinel_password_file" >/dev/null 2>&1
@@ -192,7 +193,11 @@ replica=$first_port
 # 3. Lost writes: the replica's link goes through the relay, frozen, then the
 #    master is killed.  The sentinels would point the replica back at the
 #    master's own address failover-timeout after they see it moved (+fix-slave-
-#    config), so the relay goes in only now, seconds before the kill.
+#    config), so the relay goes in only now, seconds before the kill.  The
+#    lock's crowd starts first, and runs until its checks.
+lock_crowd_start sentinel-crowd 120 "$work"
+seckill_wait_for "lock_crowd_busy sentinel-crowd" 15
+ok "[ $? -eq 0 ]" "kill: a lock held by a crowd, 8 or more sessions in its line"
 since=$(pg_now)
 mark=$(wc -c <"$log")
 comp=$(compensations)
@@ -205,9 +210,6 @@ seckill_wait_for "replicates $replica $relay_port" 10
 ok "[ $? -eq 0 ]" "kill: the replica replicates through a relay on port $relay_port" || finish
 seckill_wait_for "[ \$(oks_since '$since') -ge 500 ]" 30
 ok "[ $? -eq 0 ]" "kill: the sale is under way" || finish
-lock_crowd_start sentinel-crowd 40 "$work"
-seckill_wait_for "lock_crowd_busy sentinel-crowd" 15
-ok "[ $? -eq 0 ]" "kill: a lock held by a crowd, 8 or more sessions in its line"
 relay_signal STOP
 # a lock taken now: the replica never hears of it
 session_hold "SELECT seckill_lock('sentinel-lost');"
@@ -220,7 +222,6 @@ ok "[ ${stale%% *} -gt ${current%% *} ]" \
 	"kill: the replica misses them (its stock ${stale%% *}, the master's ${current%% *})"
 diag "kill: the replica is $(($(info "$master" replication master_repl_offset) -
 	$(info "$replica" replication slave_repl_offset))) bytes of replication behind"
-seckill_wait_for "lock_crowd_long_hold sentinel-crowd" 15
 pid=$(cat "$work/redis-$master/pid")
 kill -KILL "$pid"
 rm -f "$work/redis-$master/pid"

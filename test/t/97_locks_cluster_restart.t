@@ -87,6 +87,7 @@ lock_crowd_start cl 20 "$work"
 seckill_wait_for "lock_crowd_busy cl" 15
 ok "[ $? -eq 0 ]" "crowd: the lock held, 8 or more sessions waiting in line"
 seckill_wait_for "lock_crowd_long_hold cl" 15
+ok "[ $? -eq 0 ]" "crowd: a hold of 4 s under way"
 mark=$(wc -c <"$log")
 restart_empty crowd
 seckill_wait_for "tail -c +$((mark + 1)) '$log' | grep -q 'seckill worker put back [1-9]'" 20

@@ -27,6 +27,7 @@ seckill_wait_for "lock_crowd_busy dl" 10
 ok "[ $? -eq 0 ]" "the lock held, 8 or more sessions waiting in line"
 
 seckill_wait_for "lock_crowd_long_hold dl" 15
+ok "[ $? -eq 0 ]" "a hold of 4 s under way"
 before=$(put_backs)
 seckill_redis_restart_empty 7>&-
 seckill_wait_for "[ \$(put_backs) -gt $before ]" 10
@@ -35,6 +36,7 @@ seckill_wait_for "lock_crowd_busy dl" 10
 ok "[ $? -eq 0 ]" "... and the line moves on"
 
 seckill_wait_for "lock_crowd_long_hold dl" 15
+ok "[ $? -eq 0 ]" "a hold of 4 s under way"
 before=$(put_backs)
 seckill_redis_cli FLUSHALL >/dev/null
 seckill_wait_for "[ \$(put_backs) -gt $before ]" 10

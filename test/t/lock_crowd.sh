@@ -4,21 +4,33 @@
 # in loops, each hold written to the table lock_holds with its fencing token
 # and its interval; a hold lasts 10 ms, one in 20 lasts 4 s, so that a
 # fault can come while one is under way.  A taker waits up to 60 s.
-#   lock_crowd_start name seconds dir: the loops, in the background (their
-#     pids in lock_crowd_pids, each one's output in dir/crowd-N.out)
+#   lock_crowd_start name seconds dir: the loops, in the background, for at
+#     most that long (their pids in lock_crowd_pids, each one's output in
+#     dir/crowd-N.out)
 #   lock_crowd_busy name: the lock held and 8 or more sessions in its line
 #   lock_crowd_long_hold name: a hold of 4 s under way, 3 s or more left
-#   lock_crowd_check name label: waits for the loops, then checks that
+#   lock_crowd_check name label: stops the loops (each after its hold),
+#     waits for them, then checks that
 #     every loop ended without an error, no exclusive hold overlapped
 #     another hold, the exclusive holds' tokens rose in the order they were
-#     granted, every holder still held the lock when it released it, and
-#     every call that failed named Redis
+#     granted, every holder still held the lock when it released it (a
+#     release made while Redis could not be reached answers false with a
+#     warning of its own, and the worker makes it later: those are counted
+#     apart, never a lease that ran out), and every call that failed named
+#     Redis
+#   lock_crowd_kill: ends the loops at once (a test's cleanup)
+
+lock_crowd_pids=()
+lock_crowd_kill() {
+	[ ${#lock_crowd_pids[@]} -eq 0 ] || kill "${lock_crowd_pids[@]}" 2>/dev/null
+}
 
 lock_crowd_start() {
 	local name=$1 seconds=$2 dir=$3 kind
 	psql -XAtq -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
 CREATE TABLE IF NOT EXISTS lock_holds (id bigserial, name text, kind text, session int, token bigint,
 	t_asked timestamptz, t_from timestamptz, t_to timestamptz, kept boolean, err text);
+CREATE TABLE IF NOT EXISTS lock_crowd_stops (name text PRIMARY KEY);
 -- k: 'x' takes the lock fair, 's' shared; each session's rows commit when its loop ends
 CREATE OR REPLACE FUNCTION lock_loop(lock text, k text, s int, secs float8) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -27,7 +39,7 @@ DECLARE
 	asked timestamptz;
 	stop timestamptz := clock_timestamp() + secs * interval '1 s';
 BEGIN
-	WHILE clock_timestamp() < stop LOOP
+	WHILE clock_timestamp() < stop AND NOT EXISTS (SELECT 1 FROM lock_crowd_stops WHERE name = lock) LOOP
 		asked := clock_timestamp();
 		BEGIN
 			tok := CASE k WHEN 'x' THEN seckill_lock_fair(lock, '60 s') ELSE seckill_lock_shared(lock, '60 s') END;
@@ -76,9 +88,14 @@ lock_crowd_long_hold() {
 }
 
 lock_crowd_check() {
-	local name=$1 label=$2 holds errors overlapping
+	local name=$1 label=$2 holds errors overlapping later
+	psql_val "INSERT INTO lock_crowd_stops VALUES ('$name')" >/dev/null
 	wait "${lock_crowd_pids[@]}"
-	is "$(cat "$lock_crowd_dir"/crowd-* | grep -c .)" 0 "$label: every session's loop ended without an error" ||
+	lock_crowd_pids=()
+	later=$(cat "$lock_crowd_dir"/crowd-* | grep -c "^WARNING:  lock \"$name\" could not be released now: .*Redis")
+	is "$(cat "$lock_crowd_dir"/crowd-* | grep -v 'could not be released now: .*Redis' |
+		grep -v '^HINT:  The seckill worker releases it when Redis answers again' | grep -c .)" 0 \
+		"$label: every session's loop ended without an error ($later release(s) made while Redis could not be reached, left to the worker)" ||
 		diag "$(cat "$lock_crowd_dir"/crowd-*)"
 	holds=$(psql_val "SELECT count(*) FROM lock_holds WHERE name = '$name' AND token IS NOT NULL")
 	ok "[ $holds -ge 30 ]" "$label: $holds holds, $(psql_val "SELECT count(DISTINCT session) FROM lock_holds
@@ -93,8 +110,8 @@ lock_crowd_check() {
 	is "$(psql_val "SELECT count(*) FROM (SELECT token < lag(token) OVER (ORDER BY t_from) AS older
 		FROM lock_holds WHERE name = '$name' AND kind = 'x' AND token IS NOT NULL) g WHERE older")" 0 \
 		"$label: the exclusive holds' tokens rise in the order they were granted"
-	is "$(psql_val "SELECT count(*) FROM lock_holds WHERE name = '$name' AND kept = false")" 0 \
-		"$label: every holder still held the lock when it released it"
+	is "$(psql_val "SELECT count(*) FROM lock_holds WHERE name = '$name' AND kept = false")" "$later" \
+		"$label: every holder still held the lock when it released it (but for the $later release(s) left to the worker)"
 	errors=$(psql_val "SELECT count(*) FROM lock_holds WHERE name = '$name' AND err IS NOT NULL")
 	is "$(psql_val "SELECT count(*) FROM lock_holds WHERE name = '$name' AND err IS NOT NULL AND err NOT LIKE '%Redis%'")" 0 \
 		"$label: $errors call(s) failed while Redis was away, each naming Redis" ||

@@ -14,13 +14,9 @@
 #include "store/store.h"
 
 #include "access/xact.h"
-#include "access/xlog.h"
 #include "executor/spi.h"
 #include "pgstat.h"
-#include "replication/syncrep.h"
-#include "shared/shmem.h"
 #include "store/sql.h"
-#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timeout.h"

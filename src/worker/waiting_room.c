@@ -273,9 +273,8 @@ keep_tickets(const SeckillCampaign *c, LinePace *pace)
 
 /*
  * The round's joins (SK_REQ_QUEUE_JOIN), in one transaction, committed
- * before any is answered; as a round's orders, the commit is flushed by its
- * callers before they answer (one flushes for all: shared/call.c).  An
- * ERROR fails them all and gives nothing.
+ * and flushed before any is answered, as a round's orders are.  An ERROR
+ * fails them all and gives nothing.
  */
 void
 sk_waiting_room_join(RoundItem *items, int nitems)

@@ -58,6 +58,20 @@ ok "kill -0 $job" "before the job's ended: it did not wait for it"
 wait "$job"
 ok "[ $? -eq 0 ]" "the job's statement ended well"
 
+# what a psql that ended left unread in its FIFO is drained to the last
+# byte, however long the reading takes (bash reads a pipe a byte at a
+# time: 60 KB, about what a FIFO holds, take longer than a read's timeout
+# of 50 ms), and the next statement runs alone in a new session
+psql_val "SELECT 1" >/dev/null
+read -r pid <"$PSQL_DIR/pid.$PSQL_SLOT"
+kill "$pid"
+seckill_wait_for "! psql_session_alive $pid" 5
+head -c 60000 /dev/zero | tr '\0' x >&"${PSQL_REQ[PSQL_SLOT]}"
+psql_session_drain
+left=$(timeout 1 cat <&"${PSQL_REQ[PSQL_SLOT]}" | wc -c)
+is "$left" 0 "a session's leftover of 60 KB drained to the last byte"
+is "$(psql_val "SELECT 'alone'" 2>&1)" alone "the next statement runs alone in a new session"
+
 scans() { psql_own "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'session_rows'"; }
 before=$(scans)
 psql_val "SELECT count(*) FROM session_rows" >/dev/null

@@ -205,9 +205,13 @@ psql_session_alive() {
 	[ -n "$1" ] && { read -r _ _ state _ <"/proc/$1/stat"; } 2>/dev/null && [ "$state" != Z ]
 }
 # what a session that ended left in its FIFOs
+# (bash reads a pipe a byte at a time: a read that times out in the middle
+# of what is there keeps what it read and leaves the rest, so the drain
+# goes on until a read finds nothing)
 psql_session_drain() {
-	while IFS= read -r -d '' -t 0.05 -u "${PSQL_REQ[PSQL_SLOT]}" _; do :; done
-	while IFS= read -r -d '' -t 0.05 -u "${PSQL_RESP[PSQL_SLOT]}" _; do :; done
+	local part
+	while part=; IFS= read -r -d '' -t 0.05 -u "${PSQL_REQ[PSQL_SLOT]}" part || [ -n "$part" ]; do :; done
+	while part=; IFS= read -r -d '' -t 0.05 -u "${PSQL_RESP[PSQL_SLOT]}" part || [ -n "$part" ]; do :; done
 }
 
 # session_hold "SQL": a psql session in the background that runs the SQL and

@@ -195,7 +195,7 @@ replica=$first_port
 #    master's own address failover-timeout after they see it moved (+fix-slave-
 #    config), so the relay goes in only now, seconds before the kill.  The
 #    lock's crowd starts first, and runs until its checks.
-lock_crowd_start sentinel-crowd 120 "$work"
+lock_crowd_start sentinel-crowd 30 "$work"
 seckill_wait_for "lock_crowd_busy sentinel-crowd" 15
 ok "[ $? -eq 0 ]" "kill: a lock held by a crowd, 8 or more sessions in its line"
 since=$(pg_now)

@@ -5,12 +5,12 @@
 # and its interval; a hold lasts 10 ms, one in 20 lasts 4 s, so that a
 # fault can come while one is under way.  A taker waits up to 60 s.
 #   lock_crowd_start name seconds dir: the loops, in the background, for at
-#     most that long (their pids in lock_crowd_pids, each one's output in
-#     dir/crowd-N.out)
+#     least that long, until lock_crowd_check (their pids in
+#     lock_crowd_pids, each one's output in dir/crowd-N.out)
 #   lock_crowd_busy name: the lock held and 8 or more sessions in its line
 #   lock_crowd_long_hold name: a hold of 4 s under way, 3 s or more left
-#   lock_crowd_check name label: stops the loops (each after its hold),
-#     waits for them, then checks that
+#   lock_crowd_check name label: once the loops ran their seconds, stops
+#     them (each after its hold), waits for them, then checks that
 #     every loop ended without an error, no exclusive hold overlapped
 #     another hold, the exclusive holds' tokens rose in the order they were
 #     granted, every holder still held the lock when it released it (a
@@ -70,11 +70,12 @@ SQL
 	for s in $(seq 1 15); do
 		kind=x
 		[ "$s" -gt 12 ] && kind=s
-		psql -XAtq -v ON_ERROR_STOP=1 -c "SELECT lock_loop('$name', '$kind', $s, $seconds)" \
+		psql -XAtq -v ON_ERROR_STOP=1 -c "SELECT lock_loop('$name', '$kind', $s, 300)" \
 			>"$dir/crowd-$s.out" 2>&1 7>&- &
 		lock_crowd_pids+=($!)
 	done
 	lock_crowd_dir=$dir
+	lock_crowd_until=$(($(date +%s) + seconds))
 }
 
 lock_crowd_busy() {
@@ -88,7 +89,10 @@ lock_crowd_long_hold() {
 }
 
 lock_crowd_check() {
-	local name=$1 label=$2 holds errors overlapping later
+	local name=$1 label=$2 holds errors overlapping later left
+	# (the crowd's length is a setting of the load, as pgbench's -T)
+	left=$((lock_crowd_until - $(date +%s)))
+	[ "$left" -gt 0 ] && sleep "$left"
 	psql_val "INSERT INTO lock_crowd_stops VALUES ('$name')" >/dev/null
 	wait "${lock_crowd_pids[@]}"
 	lock_crowd_pids=()

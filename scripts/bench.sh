@@ -45,6 +45,10 @@
 # clients at once (1,024; 64 with --smoke), durable:
 #   2p naive PostgreSQL
 #   4p seckill_buy while stock lasts
+# and, when a JDK with Debian's pgJDBC and HikariCP is present, the design of
+# the flash-sale article in Java (scripts/ArticleFlow.java) against
+# seckill_buy from the same JVM, then both through a Redis restart and a
+# SIGKILL of the JVM (on servers of its own, or SECKILL_BENCH_FAULTS=1).
 # Rows 2-4 run durable (synchronous_commit = on); their "off" figures are an
 # extra column (the worker commits durably whatever the setting, so for row 4
 # it only changes the callers' sessions).  Prints a Markdown table with ratios to rows 1 and 2, the
@@ -479,6 +483,110 @@ else
 	trap - EXIT
 fi
 
+# --- the article's design in Java, beside seckill from the same JVM -----------------
+# scripts/ArticleFlow.java, on when a JDK and Debian's pgJDBC and HikariCP are
+# present: throughput at each clients count, then a Redis restart and a SIGKILL
+# of the JVM in the middle of a sale (on throwaway servers only: the restart
+# empties Redis).  java_sale mode goods stock threads seconds [restart | kill]
+# runs one sale and appends its figures to java.txt:
+#   mode threads fault seconds calls ok errors p50 p99 landed_in_window landed refused cpu_s answered lost unsold
+java_jars=/usr/share/java/postgresql.jar:/usr/share/java/HikariCP.jar:/usr/share/java/slf4j-api.jar
+java_faults=$servers_of_our_own
+[ "${SECKILL_BENCH_FAULTS:-0}" = 1 ] && java_faults=1
+java_sale() {
+	local mode=$1 goods=$2 stock=$3 threads=$4 secs=$5 fault=${6:-none} pid rc figures landed runs=1 left
+	if [ "$mode" = article ]; then
+		psql_q -c "INSERT INTO article.stock VALUES ('$goods', $stock)" >/dev/null
+		seckill_redis_cli SET "stock:$goods" "$stock" >/dev/null
+	else
+		psql_q -c "SELECT seckill_campaign_create('$goods', $stock)" -c "SELECT seckill_preheat('$goods')" >/dev/null
+	fi
+	[ "$fault" = kill ] && runs=2
+	for run in $(seq 1 $runs); do
+		# the second run of a killed shop: started again, it sells what is left
+		REDIS_PORT=$SECKILL_REDIS_PORT java -cp "$work/java:$java_jars" ArticleFlow "$mode" "$goods" "$threads" "$secs" \
+			"$work/$goods.answers.$run" >"$work/$goods.out.$run" 2>"$work/$goods.err.$run" &
+		pid=$!
+		if [ "$run" = 1 ] && [ "$fault" != none ]; then
+			seckill_wait_for "grep -q '^window' '$work/$goods.err.1'" 60 || { cat "$work/$goods.err.1" >&2; exit 1; }
+			sleep 1 # a second into the sale, not a wait for a condition
+			if [ "$fault" = restart ]; then
+				seckill_redis_restart_empty || exit 1
+				redis_pid=$(cat "$SECKILL_TMP/redis.pid")
+			else
+				kill -KILL "$pid"
+			fi
+		fi
+		rc=0
+		# (without the shell's own line about the killed job)
+		{ wait "$pid"; } 2>/dev/null || rc=$?
+		if [ "$rc" != 0 ] && ! { [ "$fault" = kill ] && [ "$run" = 1 ]; }; then
+			cat "$work/$goods.err.$run" >&2
+			echo "seckill: the Java $mode sale failed" >&2
+			exit 1
+		fi
+		# a killed JVM's sessions end once their statements have
+		seckill_wait_for "[ \"\$(psql_q -c \"SELECT count(*) FROM pg_stat_activity WHERE application_name = '$mode'\")\" = 0 ]" 60 ||
+			{ echo "seckill: the Java $mode sale's sessions did not end" >&2; exit 1; }
+	done
+	figures=$(head -1 "$work/$goods.out.1")
+	[ -n "$figures" ] || figures="- - - - - - - - -"
+	if [ "$mode" = article ]; then
+		landed="SELECT user_id FROM article.orders WHERE goods = '$goods'"
+	else
+		landed="SELECT o.user_id FROM seckill.orders o JOIN seckill.campaigns c ON c.id = o.campaign_id
+			WHERE c.goods = '$goods' AND o.status <> 'cancelled'"
+	fi
+	cat "$work/$goods".answers.* >"$work/$goods.answers"
+	# answered, lost (answered ok, no order), unsold (stock without an order)
+	left=$(psql_q <<SQL
+CREATE TEMP TABLE answered (user_id text);
+\copy answered FROM '$work/$goods.answers'
+SELECT count(*), count(*) FILTER (WHERE user_id NOT IN ($landed)), $stock - (SELECT count(*) FROM ($landed) l)
+FROM answered;
+SQL
+)
+	echo "$mode $threads $fault $secs $figures ${left//|/ }" >>"$out/java.txt"
+	printf '  Java, %s, %s threads, %s: %s\n' "$mode" "$threads" "$fault" "$figures ${left//|/ }" >&2
+	[ "$mode" = seckill ] && psql_q -c "SELECT seckill_close('$goods')" >/dev/null
+	return 0
+}
+: >"$out/java.txt"
+if command -v javac >/dev/null && [ -f /usr/share/java/HikariCP.jar ]; then
+	mkdir -p "$work/java"
+	javac -cp "$java_jars" -d "$work/java" "$SECKILL_ROOT/scripts/ArticleFlow.java" || exit 1
+	psql_q <<SQL >/dev/null
+SET client_min_messages = warning;
+DROP SCHEMA IF EXISTS article CASCADE;
+CREATE SCHEMA article;
+CREATE TABLE article.stock (goods text PRIMARY KEY, remaining int NOT NULL CHECK (remaining >= 0));
+CREATE TABLE article.orders (
+	id bigserial PRIMARY KEY,
+	goods text NOT NULL REFERENCES article.stock,
+	user_id text NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT now(),
+	UNIQUE (goods, user_id));
+SQL
+	for c in $clients; do
+		for mode in article seckill; do
+			java_sale "$mode" "java-$mode-$c-$run_id" 2000000000 "$c" "$seconds"
+		done
+	done
+	if [ "$java_faults" = 1 ]; then
+		# the other campaigns closed, lest a restart of Redis rebuild them
+		psql_q -c "SELECT count(seckill_close(goods)) FROM seckill.campaigns
+			WHERE goods LIKE 'bench-%$run_id%' AND state <> 'closed'" >/dev/null
+		fault_threads=32
+		[ "$seconds" -le 1 ] && fault_threads=8
+		fault_stock=$((seconds <= 1 ? 2000 : 20000))
+		for fault in restart kill; do
+			for mode in article seckill; do
+				java_sale "$mode" "java-$mode-$fault-$run_id" "$fault_stock" "$fault_threads" $((seconds <= 1 ? 2 : 10)) "$fault"
+			done
+		done
+	fi
+fi
+
 # --- the invariants: nothing oversold, nobody twice -------------------------------
 check=$(psql_q <<SQL
 SELECT count(*) FILTER (WHERE NOT ok) FROM (
@@ -588,6 +696,33 @@ purchases=$((p1 - p0))
 			}
 		}' "$results"
 	echo
+	if [ -s "$out/java.txt" ]; then
+		echo "The article's design in Java (scripts/ArticleFlow.java: a per-user SET NX, a lock taken with SET NX EX"
+		echo "and waited for as Redisson waits, released by a Lua compare-and-delete, DECR, an in-process queue drained"
+		echo "by 8 consumers that decrement the stock and insert the order in one transaction), against seckill_buy from the same"
+		echo "JVM, driver and pool (pgJDBC, HikariCP), durable. Answered: ok answers a second; landed: orders in"
+		echo "PostgreSQL a second, over the same window; CPU: the machine's, per order landed in the window:"
+		echo
+		echo "| design | threads | calls/s | answered ok/s | landed/s | p50 ms | p99 ms | CPU ms per landed order | landed/s × article |"
+		echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+		awk '$3 == "none" && $5 != "-" { k = $1 " " $2; landed[k] = $10 / $4
+				printf "| %s | %s | %.0f | %.0f | %.0f | %s | %s | %s | %s |\n", $1, $2, $5 / $4, $6 / $4, $10 / $4, $8, $9,
+					($10 > 0 ? sprintf("%.2f", $13 * 1000 / $10) : "–"),
+					($1 == "seckill" && landed["article " $2] > 0 ? sprintf("%.2f", landed[k] / landed["article " $2]) : "–") }' \
+			"$out/java.txt"
+		if grep -qv ' none ' "$out/java.txt"; then
+			echo
+			echo "A fault a second into a sale of $fault_stock items ($fault_threads threads, new buyers): Redis restarted empty, or"
+			echo "the JVM killed (SIGKILL) and the shop started again. Answered: ok answers; landed: orders in"
+			echo "PostgreSQL; lost: answered ok without an order; unsold: items without an order at the end:"
+			echo
+			echo "| design | fault | answered ok | landed | lost | unsold |"
+			echo "|---|---|---:|---:|---:|---:|"
+			awk -v stock="$fault_stock" '$3 != "none" { printf "| %s | %s | %s | %s | %s | %s |\n", $1, ($3 == "kill" ? "SIGKILL of the JVM" : "Redis restarted empty"), $14, stock - $16, $15, $16 }' \
+				"$out/java.txt"
+		fi
+		echo
+	fi
 	echo "Distributed locks, uncontended (each client its own name), a cycle of lock and unlock per call:"
 	echo
 	echo "| row | lock | clients | cycles/s | p50 ms | p99 ms | × row 7b |"

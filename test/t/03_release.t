@@ -39,8 +39,15 @@ is "$(find sql -name 'seckill--*--*.sql' | wc -l)" "$steps" "every upgrade scrip
 
 missing=
 for v in 1.0 $(find sql -name 'seckill--*--*.sql' | sed 's/.*--\(.*\)\.sql/\1/'); do
-	grep -qx "## $v" CHANGELOG.md || missing="$missing $v"
+	grep -Eqx "## $v — [0-9]{4}-[0-9]{2}-[0-9]{2}" CHANGELOG.md || missing="$missing $v"
 done
-is "${missing:-none}" none "CHANGELOG.md has a section for every version"
-is "$(grep -m1 '^## ' CHANGELOG.md)" "## $version" "its newest is default_version"
+is "${missing:-none}" none "CHANGELOG.md has a dated section for every version"
+is "$(grep -m1 '^## ' CHANGELOG.md | cut -d' ' -f2)" "$version" "its newest is default_version"
+# the Debian package's entries: the same versions, on the same days
+differ=$(awk '/^seckill \(/ { v = substr($2, 2, length($2) - 2) } /^ -- / && v != "" { print v, $0; v = "" }' debian/changelog |
+	while read -r v line; do
+		day=$(date -u -d "$(echo "$line" | sed 's/.*>  //')" +%F)
+		grep -qx "## $v — $day" CHANGELOG.md || echo "$v"
+	done)
+is "${differ:-none}" none "debian/changelog's versions are CHANGELOG.md's, on the same days"
 done_testing

@@ -46,7 +46,14 @@ for f in usr/lib/postgresql/15/lib/seckill.so usr/share/postgresql/15/extension/
 	grep -qx "./$f" <<<"$contents" || missing="$missing $f"
 done
 is "${missing:-none}" none "it holds the library, the control file and every install and upgrade script"
-ok "grep -qx './usr/share/doc/postgresql-15-seckill/copyright' <<<'$contents'" "and its copyright file"
+missing=
+# (dh_compress compresses those over 4 kB)
+for f in copyright README.md changelog CHANGELOG.md CLIENTS.md OPERATIONS.md REFERENCE.md examples/postgres_exporter.yaml; do
+	grep -Eqx "\./usr/share/doc/postgresql-15-seckill/$f(\.gz)?" <<<"$contents" || missing="$missing $f"
+done
+is "${missing:-none}" none \
+	"and, in /usr/share/doc, its copyright, the README, its changelog and CHANGELOG.md, the client, operations and reference guides, the exporter's queries" ||
+	diag "$(grep usr/share/doc <<<"$contents")"
 out=$(apt-get install --simulate -q "$deb" 2>&1)
 ok "[ $? -eq 0 ]" "apt would install it on this machine (apt-get install --simulate)" || diag "$out"
 
@@ -55,6 +62,8 @@ mkdir -p "$root/usr/lib/postgresql" "$root/usr/share/postgresql"
 cp -a /usr/lib/postgresql/15 "$root/usr/lib/postgresql/" && cp -a /usr/share/postgresql/15 "$root/usr/share/postgresql/"
 rm -f "$root/usr/lib/postgresql/15/lib/seckill.so" "$root/usr/share/postgresql/15/extension"/seckill*
 dpkg-deb -x "$deb" "$root"
+ok "zgrep -q '^## $version — ' '$root/usr/share/doc/postgresql-15-seckill/CHANGELOG.md.gz'" \
+	"its CHANGELOG.md is the source's, with $version first"
 chown -R postgres: "$work"
 seckill_as_postgres "$pkgbin/initdb" -D "$work/data" -U postgres --auth=trust --no-sync >"$work/initdb.log" 2>&1
 cat >>"$work/data/postgresql.conf" <<CONF

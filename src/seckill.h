@@ -24,6 +24,13 @@
 /* The version of the extension's SQL objects this library works with. */
 #define SECKILL_SQL_VERSION "1.14"
 
+/*
+ * The library's own version: the SQL version's, then a number raised by
+ * every change to the library alone.  The Debian package has this version;
+ * SHOW seckill.library_version reports it.
+ */
+#define SECKILL_LIBRARY_VERSION SECKILL_SQL_VERSION ".1"
+
 /* Documented limits of ids, in bytes. */
 #define SECKILL_MAX_USER_LEN	128
 #define SECKILL_MAX_GOODS_LEN	64

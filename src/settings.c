@@ -124,6 +124,13 @@ seckill_crash_if(SeckillCrashPoint point)
 void
 seckill_define_gucs(void)
 {
+	static char *library_version = NULL;
+
+	DefineCustomStringVariable("seckill.library_version",
+							   "Version of the seckill library this server loaded.",
+							   "The SQL objects' version, then a number raised by each change to the library alone.",
+							   &library_version, SECKILL_LIBRARY_VERSION,
+							   PGC_INTERNAL, GUC_NOT_IN_SAMPLE | GUC_DISALLOW_IN_FILE, NULL, NULL, NULL);
 	DefineCustomStringVariable("seckill.redis_host",
 							   "Address of the Redis server the worker uses.",
 							   "An IP address is best: a host name is resolved with a blocking lookup.",

@@ -15,15 +15,18 @@ ok "head -n 1 LICENSE | grep -qx 'PostgreSQL License'" "LICENSE: the PostgreSQL 
 meta() { python3 -c 'import json, sys; m = json.load(open("META.json")); print(eval(sys.argv[1]))' "$1" 2>&1; }
 is "$(meta 'm["meta-spec"]["version"]')" 1.0.0 "META.json follows the PGXN meta spec 1.0.0"
 is "$(python3 test/t/pgxn_meta.py META.json)" "" "META.json is valid under the PGXN meta spec (test/t/pgxn_meta.py)"
-is "$(meta 'm["version"]')" "$version.0" "META.json's version is default_version, in SemVer"
-is "$(meta 'm["provides"]["seckill"]["version"]')" "$version.0" "and so is that of the extension it provides"
+library=$(sed -n 's/^#define SECKILL_LIBRARY_VERSION SECKILL_SQL_VERSION "\.\([0-9]*\)"$/\1/p' src/seckill.h)
+ok "[ -n '$library' ]" "the library's version is the SQL version's and a number: $version.$library"
+library=$version.$library
+is "$(meta 'm["version"]')" "$library" "META.json's version is the library's, in SemVer"
+is "$(meta 'm["provides"]["seckill"]["version"]')" "$version.0" "the extension it provides is at default_version, in SemVer"
 is "$(meta 'm["prereqs"]["runtime"]["requires"]["PostgreSQL"]')" ">= 15.0.0, < 16.0.0" "it requires PostgreSQL 15, no other major"
 is "$(meta 'm["license"]')" postgresql "META.json names the license"
 file=$(meta 'm["provides"]["seckill"]["file"]')
 ok "[ -f '$file' ]" "the file it names exists: $file"
 
-is "$(sed -n '1s/^seckill (\(.*\)) .*/\1/p' debian/changelog)" "$version" \
-	"debian/changelog's newest entry is default_version"
+is "$(sed -n '1s/^seckill (\(.*\)) .*/\1/p' debian/changelog)" "$library" \
+	"debian/changelog's newest entry is the library's version"
 
 is "$(sed -n 's/^#define SECKILL_SQL_VERSION "\(.*\)"$/\1/p' src/seckill.h)" "$version" \
 	"the library expects the extension at default_version"
@@ -47,7 +50,9 @@ is "$(grep -m1 '^## ' CHANGELOG.md | cut -d' ' -f2)" "$version" "its newest is d
 differ=$(awk '/^seckill \(/ { v = substr($2, 2, length($2) - 2) } /^ -- / && v != "" { print v, $0; v = "" }' debian/changelog |
 	while read -r v line; do
 		day=$(date -u -d "$(echo "$line" | sed 's/.*>  //')" +%F)
-		grep -qx "## $v — $day" CHANGELOG.md || echo "$v"
+		grep -Eqx "###? $v — $day" CHANGELOG.md || echo "$v"
 	done)
 is "${differ:-none}" none "debian/changelog's versions are CHANGELOG.md's, on the same days"
+ok "grep -Eqx '### $library — [0-9]{4}-[0-9]{2}-[0-9]{2}' CHANGELOG.md || [ '$library' = '$version.0' ]" \
+	"CHANGELOG.md lists the library's release $library"
 done_testing

@@ -13,6 +13,7 @@ set -uo pipefail
 port=${SECKILL_PACKAGE_PORT:-$SECKILL_OWN_PORT}
 ports_free SECKILL_PACKAGE_PORT "$port"
 version=$(sed -n "s/^default_version = '\(.*\)'$/\1/p" "$SECKILL_ROOT/seckill.control")
+library=$version.$(sed -n 's/^#define SECKILL_LIBRARY_VERSION SECKILL_SQL_VERSION "\.\([0-9]*\)"$/\1/p' "$SECKILL_ROOT/src/seckill.h")
 work=$(mktemp -d -p "$SECKILL_TMP" package.XXXXXX)
 chmod 755 "$work"
 prefix="package-$$"
@@ -32,11 +33,11 @@ git -C "$SECKILL_ROOT" ls-files -z --cached --others --exclude-standard |
 # at a lower priority, as a build beside the sales of other files
 (cd "$work/src/seckill-$version" && nice -n 10 dpkg-buildpackage -us -uc -b) >"$work/build.log" 2>&1
 built=$?
-deb=$(ls "$work/src"/postgresql-15-seckill_"$version"_*.deb 2>/dev/null)
+deb=$(ls "$work/src"/postgresql-15-seckill_"$library"_*.deb 2>/dev/null)
 ok "[ $built -eq 0 ] && [ -n '$deb' ]" "dpkg-buildpackage -us -uc -b builds ${deb##*/}" ||
 	{ diag "$(tail -n 40 "$work/build.log")"; done_testing; }
 ok "grep -q 'pg_buildext' '$work/build.log'" "with pg_buildext"
-is "$(dpkg-deb -f "$deb" Version)" "$version" "its version is seckill.control's default_version"
+is "$(dpkg-deb -f "$deb" Version)" "$library" "its version is the library's"
 depends=$(dpkg-deb -f "$deb" Depends)
 ok "[[ '$depends' == *postgresql-15* && '$depends' == *libhiredis0.14* ]]" "it depends on PostgreSQL 15 and hiredis: $depends"
 contents=$(dpkg-deb -c "$deb" | awk '{ print $6 }')
@@ -57,7 +58,7 @@ is "${missing:-none}" none \
 # lintian, on the package and its .changes: clean but for the maintainer's
 # address, seckill@localhost, which stays until the team has a real one
 lint=$(nice -n 10 lintian --suppress-tags bogus-mail-host,bogus-mail-host-in-debian-changelog \
-	"$deb" "$work/src/seckill_${version}_"*.changes 2>&1)
+	"$deb" "$work/src/seckill_${library}_"*.changes 2>&1)
 lint_rc=$?
 lint_tags=$(grep -E '^[EW]: ' <<<"$lint")
 is "$lint_rc ${lint_tags:-none}" "0 none" \
@@ -92,6 +93,8 @@ is "$(pkg_val "SELECT setting FROM pg_config WHERE name = 'PKGLIBDIR'")" "$root/
 	"its library directory is the copy's, where the package put seckill.so"
 is "$(pkg_val "CREATE EXTENSION seckill; SELECT extversion FROM pg_extension WHERE extname = 'seckill'")" "$version" \
 	"CREATE EXTENSION seckill installs $version from the package's scripts"
+is "$(pkg_val "SET ROLE pg_monitor; SHOW seckill.library_version")" "$library" \
+	"the package's library says its version, $library, to any role"
 seckill_wait_for "[ \"\$(pkg_val \"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'seckill worker'\")\" = 1 ]" 10
 ok "[ $? -eq 0 ]" "the package's worker runs"
 is "$(psql -XAtq -p "$port" -c "SELECT seckill_campaign_create('packaged', 2) > 0" -c "SELECT seckill_preheat('packaged')" 2>&1 |

@@ -1,30 +1,25 @@
 #!/usr/bin/env bash
 # The Debian package: debian/ builds postgresql-15-seckill with pg_buildext
 # (dpkg-buildpackage -us -uc -b, Debian's packages only) from a copy of the
-# work tree; apt would install it here; and a server run from the package's
-# files sells.  That server is a copy of this machine's PostgreSQL 15
-# installation with the package unpacked into it (PostgreSQL finds its
-# library and extension directories relative to its binaries), so that the
-# suite's own build stays the one installed.
+# work tree; lintian accepts it; apt would install it here; and its
+# autopkgtest passes against the package's files: its server runs from a
+# copy of this machine's PostgreSQL 15 installation with the package
+# unpacked into it (PostgreSQL finds its library and extension directories
+# relative to its binaries), so that the suite's own build stays the one
+# installed.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
 
 port=${SECKILL_PACKAGE_PORT:-$SECKILL_OWN_PORT}
-ports_free SECKILL_PACKAGE_PORT "$port"
+ports_free SECKILL_PACKAGE_PORT "$port" $((port + 1))
 version=$(sed -n "s/^default_version = '\(.*\)'$/\1/p" "$SECKILL_ROOT/seckill.control")
 library=$version.$(sed -n 's/^#define SECKILL_LIBRARY_VERSION SECKILL_SQL_VERSION "\.\([0-9]*\)"$/\1/p' "$SECKILL_ROOT/src/seckill.h")
 work=$(mktemp -d -p "$SECKILL_TMP" package.XXXXXX)
 chmod 755 "$work"
-prefix="package-$$"
 root=$work/root
 pkgbin=$root/usr/lib/postgresql/15/bin
-cleanup() {
-	[ -f "$work/data/postmaster.pid" ] && seckill_as_postgres "$pkgbin/pg_ctl" -D "$work/data" -m immediate -w stop >/dev/null 2>&1
-	seckill_redis_cli --scan --pattern "$prefix:*" | xargs -r redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" DEL >/dev/null 2>&1
-	rm -rf "$work"
-}
-trap cleanup EXIT
+trap 'rm -rf "$work"' EXIT
 
 # The source: the files git knows of (not the suite's objects)
 mkdir -p "$work/src/seckill-$version"
@@ -74,33 +69,17 @@ rm -f "$root/usr/lib/postgresql/15/lib/seckill.so" "$root/usr/share/postgresql/1
 dpkg-deb -x "$deb" "$root"
 ok "zgrep -q '^## $version — ' '$root/usr/share/doc/postgresql-15-seckill/CHANGELOG.md.gz'" \
 	"its CHANGELOG.md is the source's, with $version first"
-chown -R postgres: "$work"
-seckill_as_postgres "$pkgbin/initdb" -D "$work/data" -U postgres --auth=trust --no-sync >"$work/initdb.log" 2>&1
-cat >>"$work/data/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-port = $port
-unix_socket_directories = '$work'
-shared_preload_libraries = 'seckill'
-seckill.redis_host = '127.0.0.1'
-seckill.redis_port = $SECKILL_REDIS_PORT
-seckill.redis_prefix = '$prefix'
-CONF
-seckill_as_postgres "$pkgbin/pg_ctl" -D "$work/data" -l "$work/postgresql.log" -w start >/dev/null 2>&1
-ok "[ $? -eq 0 ]" "a server of the copy, with seckill preloaded, started on port $port" ||
-	{ diag "$(tail -n 20 "$work/postgresql.log" "$work/initdb.log" 2>&1)"; done_testing; }
-pkg_val() { psql -XAtq -p "$port" -c "$1" 2>&1; }
-is "$(pkg_val "SELECT setting FROM pg_config WHERE name = 'PKGLIBDIR'")" "$root/usr/lib/postgresql/15/lib" \
-	"its library directory is the copy's, where the package put seckill.so"
-is "$(pkg_val "CREATE EXTENSION seckill; SELECT extversion FROM pg_extension WHERE extname = 'seckill'")" "$version" \
-	"CREATE EXTENSION seckill installs $version from the package's scripts"
-is "$(pkg_val "SET ROLE pg_monitor; SHOW seckill.library_version")" "$library" \
-	"the package's library says its version, $library, to any role"
-seckill_wait_for "[ \"\$(pkg_val \"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'seckill worker'\")\" = 1 ]" 10
-ok "[ $? -eq 0 ]" "the package's worker runs"
-is "$(psql -XAtq -p "$port" -c "SELECT seckill_campaign_create('packaged', 2) > 0" -c "SELECT seckill_preheat('packaged')" 2>&1 |
-	tail -n 1)" 2 \
-	"a campaign of 2 preheated into Redis"
-is "$(psql -XAtq -p "$port" -c "SELECT status FROM seckill_buy('a', 'packaged')" -c "SELECT status FROM seckill_buy('b', 'packaged')" \
-	-c "SELECT status FROM seckill_buy('c', 'packaged')" 2>&1 | tr '\n' ' ')" "ok ok sold_out " "three buyers: ok, ok, sold_out"
-is "$(pkg_val "SELECT count(*) FROM seckill.orders")" 2 "two orders committed"
+# The package's autopkgtest (debian/tests/sale), run against the copy: a
+# cluster with seckill preloaded and a Redis of their own (which it stops
+# and removes) create the extension and sell
+SECKILL_PGBIN=$pkgbin SECKILL_PG_PORT=$port SECKILL_REDIS_PORT=$((port + 1)) \
+	sh "$SECKILL_ROOT/debian/tests/sale" >"$work/autopkgtest.out" 2>&1
+ok "[ $? -eq 0 ]" "its autopkgtest (debian/tests/sale) passes against a copy of PostgreSQL 15 with the package in it" ||
+	diag "$(cat "$work/autopkgtest.out")"
+field() { sed -n "s/^$1: //p" "$work/autopkgtest.out"; }
+is "$(field pkglibdir)" "$root/usr/lib/postgresql/15/lib" "its server's library directory is the copy's, where the package put seckill.so"
+is "$(field extension)" "$version" "CREATE EXTENSION seckill installs $version from the package's scripts"
+is "$(field library)" "$library" "the package's library says its version, $library, to any role"
+is "$(field answers)" "ok ok sold_out " "a campaign of 2: three buyers, ok, ok, sold_out"
+is "$(field orders)" 2 "two orders committed"
 done_testing

@@ -16,17 +16,19 @@
 // and 8 consumer threads take the orders off the queue and, in one
 // transaction each, decrement article.stock and insert into article.orders.
 // seckill: a call by a new user is SELECT status FROM seckill_buy(USER,
-// GOODS) on a HikariCP pool of THREADS connections.
+// GOODS) on a HikariCP pool of THREADS connections (the article's pool has 8
+// more, its consumers').
 //
 // THREADS threads call for SECONDS seconds; every "ok" is written to the file
 // ANSWERS as it is answered (one write a line: a SIGKILL of the JVM loses no
 // line of an answer given).  "window" on stderr says the calls have started.
 // At the end one line on stdout:
-//   calls ok errors p50_ms p99_ms landed_in_window landed refused cpu_s
+//   calls ok errors p50_ms p99_ms landed_in_window landed refused cpu_s cpu_drained_s
 // landed_in_window: orders in PostgreSQL when the calls stopped (seckill:
 // every ok); landed: once the queue is drained; refused: orders PostgreSQL
 // refused (article); cpu_s: the machine's busy CPU seconds over the window
-// (/proc/stat, every core).  The connection is libpq's environment: PGHOST,
+// (/proc/stat, every core); cpu_drained_s: the same until the queue was
+// drained (the cost of every order landed).  The connection is libpq's environment: PGHOST,
 // PGPORT, PGUSER, PGDATABASE; Redis is 127.0.0.1:REDIS_PORT.
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
@@ -210,14 +212,22 @@ public final class ArticleFlow {
             // most 100 ms away)
             released.tryAcquire(Math.min(left, TimeUnit.MILLISECONDS.toNanos(100)), TimeUnit.NANOSECONDS);
         }
+        String status = "sold_out";
         try {
-            if ((Long) r.call("DECR", "stock:" + goods) < 0)
-                return "sold_out";
-            queue.put(new Order(goods, user));
-            return "ok";
+            if ((Long) r.call("DECR", "stock:" + goods) >= 0) {
+                queue.put(new Order(goods, user));
+                status = "ok";
+            }
         } finally {
-            r.call("EVAL", UNLOCK, "2", lock, lock + ":released", token);
+            try {
+                r.call("EVAL", UNLOCK, "2", lock, lock + ":released", token);
+            } catch (IOException e) {
+                // the order is queued: its answer stands, the lock runs out
+                if (!status.equals("ok"))
+                    throw e;
+            }
         }
+        return status;
     }
 
     String seckillCall(String user) throws SQLException {
@@ -315,10 +325,10 @@ public final class ArticleFlow {
         int threads = Integer.parseInt(args[2]), seconds = Integer.parseInt(args[3]);
         if (!mode.equals("article") && !mode.equals("seckill"))
             throw new IllegalArgumentException("mode: article or seckill, not " + mode);
-        ArticleFlow flow = new ArticleFlow(mode, goods, threads + CONSUMERS, args[4]);
+        ArticleFlow flow = new ArticleFlow(mode, goods, threads + (mode.equals("article") ? CONSUMERS : 0), args[4]);
         // the pool's connections open before the window, as pgbench's do
         List<Connection> warm = new ArrayList<>();
-        for (int i = 0; i < threads + CONSUMERS; i++)
+        for (int i = 0; i < flow.pool.getMaximumPoolSize(); i++)
             warm.add(flow.pool.getConnection());
         for (Connection c : warm)
             c.close();
@@ -357,16 +367,17 @@ public final class ArticleFlow {
         flow.consuming = false;
         for (Thread t : consumers)
             t.join();
+        double drained = busySeconds() - busy0;
         long[] all = Arrays.stream(lat).flatMapToLong(Arrays::stream).sorted().toArray();
         long ok = 0, errors = 0;
         for (long[] c : counts) {
             ok += c[1];
             errors += c[2];
         }
-        System.out.printf("%d %d %d %.3f %.3f %d %d %d %.2f%n", all.length, ok, errors,
+        System.out.printf("%d %d %d %.3f %.3f %d %d %d %.2f %.2f%n", all.length, ok, errors,
                 all.length == 0 ? 0 : all[(all.length - 1) / 2] / 1e6,
                 all.length == 0 ? 0 : all[(int) Math.ceil(all.length * 0.99) - 1] / 1e6,
-                landedInWindow, flow.landed.get(), flow.refused.get(), busy);
+                landedInWindow, flow.landed.get(), flow.refused.get(), busy, drained);
         flow.pool.close();
     }
 }

@@ -53,6 +53,12 @@ differ=$(awk '/^seckill \(/ { v = substr($2, 2, length($2) - 2) } /^ -- / && v !
 		grep -Eqx "###? $v — $day" CHANGELOG.md || echo "$v"
 	done)
 is "${differ:-none}" none "debian/changelog's versions are CHANGELOG.md's, on the same days"
+# (a version's first library, 1.14.0, was packaged as 1.14)
+missing=$(sed -nE 's/^###? ([0-9.]+) — .*/\1/p' CHANGELOG.md | while read -r v; do
+	case $v in *.*.0) v=${v%.0} ;; esac
+	grep -q "^seckill ($v) " debian/changelog || echo "$v"
+done)
+is "${missing:-none}" none "and every version of CHANGELOG.md has its entry there"
 ok "grep -Eqx '### $library — [0-9]{4}-[0-9]{2}-[0-9]{2}' CHANGELOG.md || [ '$library' = '$version.0' ]" \
 	"CHANGELOG.md lists the library's release $library"
 done_testing

@@ -25,7 +25,7 @@ for design in article seckill; do
 	ok "grep -Eq '^\\| $design \\| 8 \\| [0-9]+ \\| [0-9]+ \\| [0-9]+ \\|' '$out/results.md'" \
 		"the Java cell: $design measured from the same JVM"
 done
-for fault in 'Redis restarted empty' 'SIGKILL of the JVM'; do
+for fault in 'Redis restarted empty' 'SIGKILL of the JVM, shop started again'; do
 	ok "grep -Eq '^\\| article \\| $fault \\| [0-9]+ \\| [0-9]+ \\| [0-9]+ \\| [0-9]+ \\|' '$out/results.md'" \
 		"the Java cell: the article's design through a fault ($fault)"
 	ok "grep -Eq '^\\| seckill \\| $fault \\| [0-9]*[1-9][0-9]* \\| [0-9]+ \\| 0 \\| [0-9]+ \\|' '$out/results.md'" \

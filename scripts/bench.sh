@@ -529,7 +529,7 @@ java_sale() {
 			echo "seckill: the Java $mode sale failed" >&2
 			exit 1
 		fi
-		# a killed JVM's sessions end once their statements have
+		# a killed JVM's sessions end once their statements are done
 		seckill_wait_for "[ \"\$(psql_q -c \"SELECT count(*) FROM pg_stat_activity WHERE application_name = '$mode'\")\" = 0 ]" 60 ||
 			{ echo "seckill: the Java $mode sale's sessions did not end" >&2; exit 1; }
 	done

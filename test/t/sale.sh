@@ -116,6 +116,9 @@ sale_slowest() {
 # in stampede_answers: no oversell, nobody twice, every ok a committed order
 sale_invariants() {
 	local active="o.campaign_id = $1 AND o.status <> 'cancelled'" label=${3:+$3: }
+	# fresh statistics: planned from those of before the sale, the last check
+	# joined tens of thousands of answers to every order in turn
+	psql_val "ANALYZE seckill.orders, stampede_answers" >/dev/null
 	is "$(psql_val "SELECT coalesce(sum(qty), 0) || '/' || (SELECT sold FROM seckill.campaigns WHERE id = $1)
 		FROM seckill.orders o WHERE $active")" "$2/$2" "${label}no oversell: ordered = sold = stock"
 	is "$(psql_val "SELECT count(*) FROM (SELECT 1 FROM seckill.orders o WHERE $active

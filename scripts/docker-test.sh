@@ -23,7 +23,8 @@
 #     Redis with a TLS port only, its certificate from a demo CA a one-shot
 #     service makes): each sells a campaign out from the host, exactly.
 # Each stack and its volumes are removed after it, and whatever happens; the
-# images stay, so the next run builds from cache.  Prints TAP
+# images stay, so that the next run of the same files builds nothing (the
+# image is built once per tree: build_image).  Prints TAP
 # (test/t/99_docker.t runs it).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -77,6 +78,46 @@ compose() {
 container_of() {
 	podman ps -aq --filter "label=com.docker.compose.project=$PROJECT" \
 		--filter "label=com.docker.compose.service=$1"
+}
+
+# The image of docker/Dockerfile, built once per tree: its tag is a hash of
+# what the build copies (the files docker/Dockerfile.dockerignore lets
+# through, the Dockerfile) and of the base image, so that a later run of the
+# same files builds nothing, from a fresh clone too (the build's own cache
+# goes by the files' times as well, and a clone's are new).  The images of
+# other trees go; layers still used stay.
+IMAGE_REPO=localhost/$PROJECT-image
+image_key() {
+	{
+		podman image inspect -f '{{.Id}}' debian:bookworm-slim
+		cd "$SECKILL_ROOT" &&
+			find Makefile seckill.control lua sql src docker/Dockerfile docker/Dockerfile.dockerignore \
+				docker/entrypoint.sh docker/healthcheck.sh -type f ! -name '*.o' ! -name '*.bc' ! -name '*.so' \
+				! -path src/layout/lua_scripts.h ! -path src/build_flags -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+	} | sha256sum | cut -c1-16
+}
+# build_image: sets IMAGE (the tree's image) and IMAGE_HOW (built or reused)
+build_image() {
+	IMAGE=$IMAGE_REPO:$(image_key) || return 1
+	IMAGE_HOW=reused
+	podman image exists "$IMAGE" && return 0
+	IMAGE_HOW=built
+	podman build -f "$SECKILL_ROOT/docker/Dockerfile" -t "$IMAGE" "$SECKILL_ROOT" >"$WORK/build.log" 2>&1 ||
+		{ grep -m 20 -E ' error: |^Error' "$WORK/build.log" | sed 's/^/# /' >&2; return 1; }
+	podman images --format '{{.Repository}}:{{.Tag}}' | grep "^$IMAGE_REPO:" | grep -vxF "$IMAGE" |
+		xargs -r podman rmi >/dev/null 2>&1
+	return 0
+}
+# use_image service...: the stack's services built from docker/Dockerfile
+# (PostgreSQL's, tls-certs) get the tree's image under the name
+# podman-compose gives theirs, which it then uses as it is
+use_image() {
+	local service
+	for service in "$@"; do
+		case $service in
+		postgres* | tls-certs) podman tag "$IMAGE" "$(image_of "$service")" ;;
+		esac
+	done
 }
 
 # Without systemd, podman runs no health check by itself: run it here.
@@ -302,14 +343,9 @@ STACK_ENV=(POSTGRES_USER="$SUPERUSER" POSTGRES_DB="$DB" POSTGRES_INITDB_ARGS="--
 	SECKILL_INITDB_DIR="$INITDB_DIR")
 STACK=(redis postgres)
 t=$(date +%s)
-# podman-compose goes on after a failed build: without the tag, the image
-# shows whether this build made it.  The layers stay as the build's cache.
-podman untag "$PG_IMAGE" 2>/dev/null || true
-compose up -d --build postgres || bail "podman-compose up failed"
-if ! podman image exists "$PG_IMAGE"; then
-	grep -m 20 -E ' error: |^Error: building' "$WORK/compose.log" | sed 's/^/# /' >&2 || true
-	bail "the image of docker/Dockerfile did not build"
-fi
+build_image || bail "the image of docker/Dockerfile did not build"
+use_image postgres
+compose up -d postgres || bail "podman-compose up failed"
 seckill_wait_for "stack_healthy ${STACK[*]}" "$HEALTH_TIMEOUT" "$PODMAN_POLL" || bail "the stack was not healthy within ${HEALTH_TIMEOUT}s"
 up_took=$(($(date +%s) - t))
 
@@ -322,11 +358,11 @@ set +e
 TAP_STARTED=1
 
 if [ ${#made[@]} -gt 0 ]; then
-	diag "made ${made[*]} in ${base_took}s; built the image and started the stack in ${up_took}s"
+	diag "made ${made[*]} in ${base_took}s; $IMAGE_HOW the image and started the stack in ${up_took}s"
 else
-	diag "base images reused; built the image and started the stack in ${up_took}s"
+	diag "base images reused; $IMAGE_HOW the image and started the stack in ${up_took}s"
 fi
-ok true "the image built and the stack healthy in ${up_took}s: Redis, PostgreSQL and its seckill worker"
+ok true "the image $IMAGE_HOW and the stack healthy in ${up_took}s: Redis, PostgreSQL and its seckill worker"
 
 # The official image's conventions, from the host.
 is "$(psql_val "SELECT r.rolname || ' ' || r.rolsuper FROM pg_roles r WHERE r.oid = 10")/$(psql_val "SELECT count(*)
@@ -457,15 +493,15 @@ export PGUSER=postgres PGDATABASE=postgres
 STACK_ENV=()
 
 # profile_up postgres_service service...: that stack built and healthy;
-# podman-compose 1.0 builds only the services it is told (tls-certs has an
-# image of its own), so it is told them all
+# podman-compose 1.0 starts only the services it is told, so it is told them
+# all
 profile_up() {
 	local t
 	t=$(date +%s)
 	STACK=("$@")
-	podman untag "$(image_of "$1")" 2>/dev/null || true
-	compose up -d --build "$@"
-	ok "podman image exists '$(image_of "$1")'" "$1: the image built" || return 1
+	use_image "$@"
+	compose up -d "$@"
+	ok "podman image exists '$(image_of "$1")'" "$1: the image of this tree" || return 1
 	seckill_wait_for "stack_healthy ${STACK[*]}" "$HEALTH_TIMEOUT" "$PODMAN_POLL"
 	ok "[ $? -eq 0 ]" "$1: healthy in $(($(date +%s) - t))s, with ${STACK[*]:1}"
 }

@@ -19,6 +19,8 @@
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"
+# shellcheck source=test/t/sale.sh
+. "$(dirname "$0")/sale.sh"
 
 work=$(mktemp -d)
 cleanup() {
@@ -45,22 +47,37 @@ campaign() {
 		[ "$(psql_val "SELECT seckill_preheat('$1')")" = 10000000 ] &&
 		psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$1'"
 }
-# load goods seconds [users]: 16 clients buying, each answer kept in
-# stampede_answers; users are "customer-N" for even N and "stranger-N" for
-# odd N; in the background, its pid in LOAD
+# load goods [users]: 16 clients buying until load_until stops them, each
+# answer kept in stampede_answers; users are "customer-N" for even N and
+# "stranger-N" for odd N
 load() {
-	cat >"$work/$1.sql" <<SQL
-\set u random(1, ${3:-1000000000000})
-SELECT try_buy(CASE WHEN :u % 2 = 0 THEN 'customer-' ELSE 'stranger-' END || :u, '$1');
+	crowd_stoppable load
+	cat >"$work/load.sql" <<SQL
+\set u random(1, ${2:-1000000000000})
+SELECT try_buy(CASE WHEN :u % 2 = 0 THEN 'customer-' ELSE 'stranger-' END || :u, '$1') FROM crowd_on('load');
 SQL
-	pgbench -n -c 16 -j 2 -T "$2" -f "$work/$1.sql" >"$work/$1.out" 2>&1 &
+	pgbench -n -c 16 -j 2 -T 120 -f "$work/load.sql" >"$work/load.out" 2>&1 &
 	LOAD=$!
 }
+# load_until condition: the load buys until the condition holds (60 s at
+# most), then stops; every call of it returned
+load_until() {
+	seckill_wait_for "$1" 60
+	crowd_stop load
+	wait "$LOAD"
+	ok "grep -q 'number of failed transactions: 0' '$work/load.out' && ! grep 'aborted in command' '$work/load.out' | grep -vq 'crowd load stopped'" \
+		"every call of the load returned" || diag "$(grep 'aborted in command' "$work/load.out" | grep -v stopped | head -3)"
+}
+answers() { psql_val "SELECT count(*) FROM stampede_answers"; }
 orders_of() { psql_val "SELECT count(*) FROM seckill.orders WHERE campaign_id = $1"; }
 # counted id: "orders/sold" of a campaign
 counted() {
 	psql_val "SELECT count(*) || '/' || (SELECT sold FROM seckill.campaigns WHERE id = $1)
 		FROM seckill.orders WHERE campaign_id = $1"
+}
+# capped: the reservations the DBA's cap on seckill.campaigns refused
+capped() {
+	psql_val "SELECT count(*) FROM seckill.compensations WHERE campaign_id = $oid AND reason LIKE '%campaigns_gc_cap%'"
 }
 oks() { psql_val "SELECT count(*) FROM stampede_answers WHERE status = 'ok' AND user_id LIKE '$1'"; }
 
@@ -68,7 +85,7 @@ oks() { psql_val "SELECT count(*) FROM stampede_answers WHERE status = 'ok' AND 
 closed="closed-$tag"
 cid=$(campaign "$closed")
 ok "[ -n '$cid' ]" "a campaign on sale"
-load "$closed" 8
+load "$closed"
 seckill_wait_for "[ \$(orders_of $cid) -ge 2000 ]" 20
 at_close=$(psql -XAtq -v ON_ERROR_STOP=1 <<SQL
 BEGIN;
@@ -79,9 +96,9 @@ COMMIT;
 SQL
 )
 ok "[ $? -eq 0 ]" "a DBA closes it mid-sale, at $at_close orders/sold"
-before=$(psql_val "SELECT count(*) FROM stampede_answers")
-wait "$LOAD"
-after=$(psql_val "SELECT count(*) FROM stampede_answers")
+before=$(answers)
+load_until "[ \$(answers) -ge $((before + 10000)) ]"
+after=$(answers)
 ok "[ $((after - before)) -ge 1000 ]" "the crowd kept asking after the close: $((after - before)) more calls"
 is "$(counted "$cid")" "$at_close" "no order was added after the close committed"
 is "$(psql_val "SELECT count(*) FROM stampede_answers a WHERE a.status = 'ok'
@@ -93,7 +110,7 @@ deleted="deleted-$tag"
 did=$(campaign "$deleted")
 other="other-$tag"
 oid=$(campaign "$other")
-load "$deleted" 8
+load "$deleted"
 seckill_wait_for "[ \$(orders_of $did) -ge 2000 ]" 20
 psql -Xq -v ON_ERROR_STOP=1 >"$work/delete.out" 2>&1 <<SQL
 BEGIN;
@@ -104,9 +121,9 @@ DELETE FROM seckill.campaigns WHERE id = $did;
 COMMIT;
 SQL
 ok "[ $? -eq 0 ]" "a DBA deletes it mid-sale, with its orders" || diag "$(cat "$work/delete.out")"
-before=$(psql_val "SELECT count(*) FROM stampede_answers")
-wait "$LOAD"
-after=$(psql_val "SELECT count(*) FROM stampede_answers")
+before=$(answers)
+load_until "[ \$(answers) -ge $((before + 10000)) ]"
+after=$(answers)
 ok "[ $((after - before)) -ge 1000 ]" "the crowd kept asking after the delete: $((after - before)) more calls"
 is "$(orders_of "$did")" 0 "no order of the deleted campaign was written after it"
 is "$(psql_val "SELECT count(*) FROM seckill.orders o
@@ -131,8 +148,8 @@ ALTER TABLE seckill.orders ADD CONSTRAINT orders_customer FOREIGN KEY (user_id)
 SQL
 ok "[ $? -eq 0 ]" "a DBA adds an audit trigger and a foreign key to customers on seckill.orders"
 psql_val "TRUNCATE stampede_answers" >/dev/null
-load "$other" 4 4000
-wait "$LOAD"
+load "$other" 4000
+load_until "[ \$(oks 'customer-%') -ge 1000 ]"
 customers=$(oks 'customer-%')
 ok "[ $customers -ge 500 ]" "customers bought: $customers ok"
 is "$(psql_val "SELECT count(*) FROM seckill.orders WHERE campaign_id = $oid AND user_id LIKE 'stranger-%'")" 0 \
@@ -147,8 +164,8 @@ psql -Xq -v ON_ERROR_STOP=1 -c "DROP TRIGGER orders_audit ON seckill.orders" \
 	-c "ALTER TABLE seckill.orders DROP CONSTRAINT orders_customer"
 ok "[ $? -eq 0 ]" "both dropped"
 audited=$(psql_val "SELECT count(*) FROM public.gc_audit_log")
-load "$other" 4
-wait "$LOAD"
+load "$other"
+load_until "[ \$(oks 'stranger-%') -ge 2000 ]"
 ok "[ $(oks 'stranger-%') -ge 500 ]" "strangers buy again: $(oks 'stranger-%') ok"
 is "$(psql_val "SELECT count(*) FROM public.gc_audit_log")" "$audited" "the dropped trigger fires no more"
 is "$(psql_val "SELECT count(*) = (SELECT sold FROM seckill.campaigns WHERE id = $oid)
@@ -162,9 +179,9 @@ CREATE INDEX orders_user_upper ON seckill.orders (upper(user_id));
 SQL
 ok "[ $? -eq 0 ]" "a DBA adds a column with a default, a CHECK and an expression index to seckill.orders"
 before=$(orders_of "$oid")
-load "$other" 4
+load "$other"
 psql_val "SELECT status FROM seckill_buy('banned-$tag', '$other')" >"$work/banned.out" 2>&1
-wait "$LOAD"
+load_until "[ \$((\$(orders_of $oid) - $before)) -ge 4000 ]"
 new=$(( $(orders_of "$oid") - before ))
 ok "[ $new -ge 500 ]" "the sale goes on: $new more orders"
 is "$(psql_val "SELECT count(*) FROM seckill.orders WHERE campaign_id = $oid AND channel IS DISTINCT FROM 'web'")" 0 \
@@ -180,8 +197,8 @@ psql -Xq -v ON_ERROR_STOP=1 \
 	-c "ALTER TABLE seckill.orders ADD COLUMN user_len int GENERATED ALWAYS AS (octet_length(user_id)) STORED"
 ok "[ $? -eq 0 ]" "a DBA adds a stored generated column"
 before=$(orders_of "$oid")
-load "$other" 3
-wait "$LOAD"
+load "$other"
+load_until "[ \$((\$(orders_of $oid) - $before)) -ge 3000 ]"
 new=$(( $(orders_of "$oid") - before ))
 ok "[ $new -ge 300 ]" "the sale goes on: $new more orders"
 is "$(psql_val "SELECT count(*) FROM seckill.orders WHERE user_len IS DISTINCT FROM octet_length(user_id)
@@ -194,8 +211,8 @@ cap=$(( $(psql_val "SELECT sold FROM seckill.campaigns WHERE id = $oid") + 300 )
 psql -Xq -v ON_ERROR_STOP=1 -c "ALTER TABLE seckill.campaigns ADD CONSTRAINT campaigns_gc_cap
 	CHECK (id <> $oid OR sold <= $cap) NOT VALID"
 ok "[ $? -eq 0 ]" "a DBA caps the campaign's sold at $cap by a CHECK on seckill.campaigns"
-load "$other" 4
-wait "$LOAD"
+load "$other"
+load_until "[ \$(capped) -ge 200 ]"
 is "$(counted "$oid")" "$cap/$cap" "the sale stops at the cap exactly, every unit sold an order"
 is "$(psql_val "SELECT count(*) > 0 FROM seckill.compensations WHERE campaign_id = $oid
 	AND reason LIKE '%campaigns_gc_cap%'")" t "the reservations past it are refused by the CHECK, and compensated"
@@ -213,8 +230,8 @@ SQL
 ok "[ $? -eq 0 ]" "the cap dropped, a DBA's trigger on UPDATE OF sold added"
 audited="audited-$tag"
 aid=$(campaign "$audited")
-load "$audited" 3
-wait "$LOAD"
+load "$audited"
+load_until "[ \$(psql_val 'SELECT count(*) FROM public.gc_sold_log WHERE campaign_id = $aid') -ge 100 ]"
 is "$(psql_val "SELECT max(sold) FROM public.gc_sold_log WHERE campaign_id = $aid")" \
 	"$(psql_val "SELECT sold FROM seckill.campaigns WHERE id = $aid")" "the trigger saw every count, the last one too"
 ok "[ $(psql_val "SELECT count(*) FROM public.gc_sold_log WHERE campaign_id = $aid") -ge 10 ]" \

@@ -52,34 +52,75 @@ elif [ "$1" = docker ]; then
 	set -- test/t/99_docker.t
 fi
 
-# The longest files start first, so that none of them is left running
-# alone at the end; a file whose header says "Runs alone" runs before the
-# others, with the machine to itself but for the container image's build
-# (test/t/99_docker.t, at nice 10: it waits on downloads and disks for
-# minutes and would otherwise take a slot from the files after them).
-first=(test/t/99_docker.t test/t/24_random_faults.t test/t/89_sentinel.t test/t/04_debian_package.t
-	test/t/88_epoch_lost.t test/t/36_big_rebuild.t test/t/41_redis_tls.t test/t/70_crash_points.t
-	test/t/10_stampede.t test/t/60_cron.t test/t/16_group_commit.t)
-files=()
-for f in "${first[@]}"; do
-	[[ " $* " == *" $f "* ]] && files+=("$f")
-done
+# The schedule (prove's rules): a file whose header says "Runs alone" runs
+# first, with the machine to itself but for the container image's test
+# (test/t/99_docker.t, at nice 10, beside everything: it waits on downloads
+# and disks for minutes); then the others in lanes, each lane one file at a
+# time: SECKILL_TEST_JOBS lanes of the files that work (sales, builds),
+# dealt longest first to the lane with the least time, and beside them one
+# lane of the files that mostly wait (less than half a core: cron's minute,
+# locks' leases).  The times are those of docs/TESTING.md's table (a
+# clean-clone run on a 2-core machine); a file not in it counts as working
+# for 60 s.
+jobs=${SECKILL_TEST_JOBS:-2}
+beside=test/t/99_docker.t
+alone=()
+rest=()
 for f in "$@"; do
-	[[ " ${first[*]} " == *" $f "* ]] || files+=("$f")
+	if [ "$f" = "$beside" ]; then
+		continue
+	elif grep -q '^# Runs alone' "$f"; then
+		alone+=("$f")
+	else
+		rest+=("$f")
+	fi
 done
 rules=$template/rules.yml
-beside=test/t/99_docker.t
 {
-	if [[ " ${files[*]} " == *" $beside "* ]]; then
+	lanes=1
+	if [[ " $* " == *" $beside "* ]]; then
 		printf 'par:\n  - %s\n  - seq:\n' "$beside"
+		lanes=2
 	else
 		printf 'seq:\n  - seq:\n'
 	fi
-	for f in "${files[@]}"; do
-		grep -q '^# Runs alone' "$f" && echo "      - seq: $f"
+	for f in "${alone[@]}"; do
+		echo "      - seq: $f"
 	done
-	echo "      - par: '**'"
+	if [ ${#rest[@]} -gt 0 ]; then
+		echo "      - par:"
+		# shellcheck disable=SC2016 # (the table's names are in backquotes)
+		sed -nE 's/^\| `([^`]+)` \| ([0-9]+) \| ([0-9]+) \|$/\1 \2 \3/p' docs/TESTING.md |
+			awk -v files="${rest[*]}" '
+				{ wall[$1] = $2; cpu[$1] = $3 }
+				END {
+					n = split(files, f, " ")
+					for (i = 1; i <= n; i++) {
+						base = f[i]; sub(/.*\//, "", base)
+						w = (base in wall) ? wall[base] : 60
+						c = (base in cpu) ? cpu[base] : w
+						print (c * 2 < w ? "wait" : "work"), w, f[i]
+					}
+				}' | sort -k1,1 -k2,2nr |
+			awk -v jobs="$jobs" '
+				$1 == "wait" { waiting = waiting "\n            - " $3; next }
+				{
+					best = 1
+					for (l = 2; l <= jobs; l++) if (load[l] < load[best]) best = l
+					load[best] += $2
+					lane[best] = lane[best] "\n            - " $3
+				}
+				END {
+					for (l = 1; l <= jobs; l++) if (lane[l] != "") printf "        - seq:%s\n", lane[l]
+					if (waiting != "") printf "        - seq:%s\n", waiting
+				}'
+	fi
 } >"$rules"
+# (a lane more for the container's test, one for the files that wait)
+jobs=$((jobs + lanes))
+files=("${alone[@]}" "${rest[@]}")
+[[ " $* " == *" $beside "* ]] && files=("$beside" "${files[@]}")
+# (the container's test alone needs no rules)
+[ ${#files[@]} -gt 1 ] && export HARNESS_RULESFILE=$rules
 
-HARNESS_RULESFILE=$rules prove --timer -j "${SECKILL_TEST_JOBS:-2}" --exec "bash $SECKILL_ROOT/test/run.sh" \
-	"${files[@]}"
+prove --timer -j "$jobs" --exec "bash $SECKILL_ROOT/test/run.sh" "${files[@]}"

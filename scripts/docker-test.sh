@@ -84,40 +84,53 @@ container_of() {
 # what the build copies (the files docker/Dockerfile.dockerignore lets
 # through, the Dockerfile) and of the base image, so that a later run of the
 # same files builds nothing, from a fresh clone too (the build's own cache
-# goes by the files' times as well, and a clone's are new).  The images of
-# other trees go; layers still used stay.
+# goes by the files' times as well, and a clone's are new).
 IMAGE_REPO=localhost/$PROJECT-image
+# the services built from docker/Dockerfile: PostgreSQL's of each stack, and
+# the profile tls's tls-certs
+BUILT_SERVICES=(postgres postgres-sentinel postgres-cluster postgres-tls tls-certs)
+# build_files: what the build copies, NUL-separated, in order
+build_files() {
+	(cd "$SECKILL_ROOT" &&
+		find Makefile seckill.control lua sql src docker/Dockerfile docker/Dockerfile.dockerignore \
+			docker/entrypoint.sh docker/healthcheck.sh -type f ! -name '*.o' ! -name '*.bc' ! -name '*.so' \
+			! -path src/layout/lua_scripts.h ! -path src/build_flags -print0 | LC_ALL=C sort -z)
+}
+# image_key: the hash of the base image and of those files, their modes too
 image_key() {
+	local base
+	base=$(podman image inspect -f '{{.Id}}' debian:bookworm-slim) || return 1
 	{
-		podman image inspect -f '{{.Id}}' debian:bookworm-slim
-		cd "$SECKILL_ROOT" &&
-			find Makefile seckill.control lua sql src docker/Dockerfile docker/Dockerfile.dockerignore \
-				docker/entrypoint.sh docker/healthcheck.sh -type f ! -name '*.o' ! -name '*.bc' ! -name '*.so' \
-				! -path src/layout/lua_scripts.h ! -path src/build_flags -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+		echo "$base"
+		build_files | (cd "$SECKILL_ROOT" && xargs -0 stat -c '%a %n' --)
+		build_files | (cd "$SECKILL_ROOT" && xargs -0 sha256sum --)
 	} | sha256sum | cut -c1-16
 }
-# build_image: sets IMAGE (the tree's image) and IMAGE_HOW (built or reused)
+# build_image: sets IMAGE (the tree's image) and IMAGE_HOW (built or
+# reused), and gives it to every service built from docker/Dockerfile under
+# the name podman-compose gives that service's image, which it then uses as
+# it is
 build_image() {
+	local service old
 	IMAGE=$IMAGE_REPO:$(image_key) || return 1
 	IMAGE_HOW=reused
-	podman image exists "$IMAGE" && return 0
-	IMAGE_HOW=built
-	podman build -f "$SECKILL_ROOT/docker/Dockerfile" -t "$IMAGE" "$SECKILL_ROOT" >"$WORK/build.log" 2>&1 ||
-		{ grep -m 20 -E ' error: |^Error' "$WORK/build.log" | sed 's/^/# /' >&2; return 1; }
-	podman images --format '{{.Repository}}:{{.Tag}}' | grep "^$IMAGE_REPO:" | grep -vxF "$IMAGE" |
-		xargs -r podman rmi >/dev/null 2>&1
-	return 0
-}
-# use_image service...: the stack's services built from docker/Dockerfile
-# (PostgreSQL's, tls-certs) get the tree's image under the name
-# podman-compose gives theirs, which it then uses as it is
-use_image() {
-	local service
-	for service in "$@"; do
-		case $service in
-		postgres* | tls-certs) podman tag "$IMAGE" "$(image_of "$service")" ;;
-		esac
+	if ! podman image exists "$IMAGE"; then
+		IMAGE_HOW=built
+		podman build -f "$SECKILL_ROOT/docker/Dockerfile" -t "$IMAGE" "$SECKILL_ROOT" >"$WORK/build.log" 2>&1 ||
+			{ grep -m 20 -E ' error: |^Error' "$WORK/build.log" | sed 's/^/# /' >&2; return 1; }
+	fi
+	for service in "${BUILT_SERVICES[@]}"; do
+		podman tag "$IMAGE" "$(image_of "$service")" || return 1
 	done
+	# the images of other trees, named no more but by their hash, go
+	for old in $(podman images --format '{{.Repository}}:{{.Tag}}' | grep "^$IMAGE_REPO:" | grep -vxF "$IMAGE" || true); do
+		podman rmi "$old" >/dev/null 2>&1 || true
+	done
+}
+# tree_image service: that service's image is the tree's
+tree_image() {
+	[ "$(podman image inspect -f '{{.Id}}' "$(image_of "$1")" 2>/dev/null)" = \
+		"$(podman image inspect -f '{{.Id}}' "$IMAGE")" ]
 }
 
 # Without systemd, podman runs no health check by itself: run it here.
@@ -343,8 +356,7 @@ STACK_ENV=(POSTGRES_USER="$SUPERUSER" POSTGRES_DB="$DB" POSTGRES_INITDB_ARGS="--
 	SECKILL_INITDB_DIR="$INITDB_DIR")
 STACK=(redis postgres)
 t=$(date +%s)
-build_image || bail "the image of docker/Dockerfile did not build"
-use_image postgres
+build_image || bail "the image of docker/Dockerfile did not build, or could not be named for the stacks"
 compose up -d postgres || bail "podman-compose up failed"
 seckill_wait_for "stack_healthy ${STACK[*]}" "$HEALTH_TIMEOUT" "$PODMAN_POLL" || bail "the stack was not healthy within ${HEALTH_TIMEOUT}s"
 up_took=$(($(date +%s) - t))
@@ -492,16 +504,15 @@ podman rm -f "$PROJECT-official" >/dev/null 2>&1
 export PGUSER=postgres PGDATABASE=postgres
 STACK_ENV=()
 
-# profile_up postgres_service service...: that stack built and healthy;
+# profile_up postgres_service service...: that stack, of the tree's image, healthy;
 # podman-compose 1.0 starts only the services it is told, so it is told them
 # all
 profile_up() {
 	local t
 	t=$(date +%s)
 	STACK=("$@")
-	use_image "$@"
 	compose up -d "$@"
-	ok "podman image exists '$(image_of "$1")'" "$1: the image of this tree" || return 1
+	ok "tree_image $1" "$1: the image of this tree" || return 1
 	seckill_wait_for "stack_healthy ${STACK[*]}" "$HEALTH_TIMEOUT" "$PODMAN_POLL"
 	ok "[ $? -eq 0 ]" "$1: healthy in $(($(date +%s) - t))s, with ${STACK[*]:1}"
 }

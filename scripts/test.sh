@@ -2,8 +2,9 @@
 # The test suite, as root: bash scripts/test.sh [quick | faults | docker | test files...]
 # Installs what is missing, builds and installs seckill, and runs
 # test/t/*.t (bash, TAP) and test/pgtap/*.pg (pgTAP) with prove, several
-# files at once (SECKILL_TEST_JOBS), each on throwaway PostgreSQL and Redis
-# servers of its own (test/run.sh).
+# files at once (in lanes: SECKILL_TEST_JOBS of them for the files that
+# work, below), each on throwaway PostgreSQL and Redis servers of its own
+# (test/run.sh).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -57,12 +58,13 @@ fi
 # (test/t/99_docker.t, at nice 10, beside everything: it waits on downloads
 # and disks for minutes); then the others in lanes, each lane one file at a
 # time: SECKILL_TEST_JOBS lanes of the files that work (sales, builds),
-# dealt longest first to the lane with the least time, and beside them one
-# lane of the files that mostly wait (less than half a core: cron's minute,
-# locks' leases).  The times are those of docs/TESTING.md's table (a
+# dealt longest first to the lane with the least time, and beside them (when
+# there are two lanes or more) one lane of the files that mostly wait (less
+# than half a core: cron's minute, locks' leases).  The times are those of docs/TESTING.md's table (a
 # clean-clone run on a 2-core machine); a file not in it counts as working
 # for 60 s.
 jobs=${SECKILL_TEST_JOBS:-2}
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { seckill_die "SECKILL_TEST_JOBS must be a number of lanes, 1 or more"; exit 2; }
 beside=test/t/99_docker.t
 alone=()
 rest=()
@@ -77,10 +79,11 @@ for f in "$@"; do
 done
 rules=$template/rules.yml
 {
-	lanes=1
+	lanes=0
+	[ "$jobs" -gt 1 ] && lanes=1
 	if [[ " $* " == *" $beside "* ]]; then
 		printf 'par:\n  - %s\n  - seq:\n' "$beside"
-		lanes=2
+		lanes=$((lanes + 1))
 	else
 		printf 'seq:\n  - seq:\n'
 	fi
@@ -97,13 +100,15 @@ rules=$template/rules.yml
 					n = split(files, f, " ")
 					for (i = 1; i <= n; i++) {
 						base = f[i]; sub(/.*\//, "", base)
-						w = (base in wall) ? wall[base] : 60
-						c = (base in cpu) ? cpu[base] : w
-						print (c * 2 < w ? "wait" : "work"), w, f[i]
+						if (!(base in wall)) {
+							print "scripts/test.sh: " base " is not in docs/TESTING.md'"'"'s table: counted as working for 60 s" >"/dev/stderr"
+							wall[base] = cpu[base] = 60
+						}
+						print (cpu[base] * 2 < wall[base] ? "wait" : "work"), wall[base], f[i]
 					}
 				}' | sort -k1,1 -k2,2nr |
 			awk -v jobs="$jobs" '
-				$1 == "wait" { waiting = waiting "\n            - " $3; next }
+				$1 == "wait" && jobs > 1 { waiting = waiting "\n            - " $3; next }
 				{
 					best = 1
 					for (l = 2; l <= jobs; l++) if (load[l] < load[best]) best = l
@@ -116,7 +121,7 @@ rules=$template/rules.yml
 				}'
 	fi
 } >"$rules"
-# (a lane more for the container's test, one for the files that wait)
+# (a lane more for the container's test, and one for the files that wait)
 jobs=$((jobs + lanes))
 files=("${alone[@]}" "${rest[@]}")
 [[ " $* " == *" $beside "* ]] && files=("$beside" "${files[@]}")

@@ -62,13 +62,14 @@ SQL
 # load_until condition: the load buys until the condition holds (60 s at
 # most), then stops; every call of it returned
 load_until() {
-	seckill_wait_for "$1" 60
+	seckill_wait_for "$1" 60 || diag "not reached in 60 s: $1"
 	crowd_stop load
 	wait "$LOAD"
-	ok "grep -q 'number of failed transactions: 0' '$work/load.out' && ! grep 'aborted in command' '$work/load.out' | grep -vq 'crowd load stopped'" \
+	ok "grep -q 'number of failed transactions: 0' '$work/load.out' &&
+		[ \$(grep -c 'aborted in command' '$work/load.out') -eq \$(grep -c 'crowd load stopped' '$work/load.out') ]" \
 		"every call of the load returned" || diag "$(grep 'aborted in command' "$work/load.out" | grep -v stopped | head -3)"
 }
-answers() { psql_val "SELECT count(*) FROM stampede_answers"; }
+answer_count() { psql_val "SELECT count(*) FROM stampede_answers"; }
 orders_of() { psql_val "SELECT count(*) FROM seckill.orders WHERE campaign_id = $1"; }
 # counted id: "orders/sold" of a campaign
 counted() {
@@ -96,9 +97,9 @@ COMMIT;
 SQL
 )
 ok "[ $? -eq 0 ]" "a DBA closes it mid-sale, at $at_close orders/sold"
-before=$(answers)
-load_until "[ \$(answers) -ge $((before + 10000)) ]"
-after=$(answers)
+before=$(answer_count)
+load_until "[ \$(answer_count) -ge $((before + 10000)) ]"
+after=$(answer_count)
 ok "[ $((after - before)) -ge 1000 ]" "the crowd kept asking after the close: $((after - before)) more calls"
 is "$(counted "$cid")" "$at_close" "no order was added after the close committed"
 is "$(psql_val "SELECT count(*) FROM stampede_answers a WHERE a.status = 'ok'
@@ -121,9 +122,9 @@ DELETE FROM seckill.campaigns WHERE id = $did;
 COMMIT;
 SQL
 ok "[ $? -eq 0 ]" "a DBA deletes it mid-sale, with its orders" || diag "$(cat "$work/delete.out")"
-before=$(answers)
-load_until "[ \$(answers) -ge $((before + 10000)) ]"
-after=$(answers)
+before=$(answer_count)
+load_until "[ \$(answer_count) -ge $((before + 10000)) ]"
+after=$(answer_count)
 ok "[ $((after - before)) -ge 1000 ]" "the crowd kept asking after the delete: $((after - before)) more calls"
 is "$(orders_of "$did")" 0 "no order of the deleted campaign was written after it"
 is "$(psql_val "SELECT count(*) FROM seckill.orders o

@@ -21,8 +21,8 @@
 # After each: no oversell, nobody twice, every ok an order.
 # The crowds of the fault phases buy until each phase's checks are done.
 # Runs alone: its six Redis nodes and crowds of 64 connections cost about
-# 200 s of CPU in under 2 minutes, and beside another file its sales fell
-# short of the conditions' bounds.
+# 115 s of CPU in under a minute and a half, and beside another file its
+# sales fell short of the conditions' bounds.
 set -uo pipefail
 # shellcheck source=test/t/tap.sh
 . "$(dirname "$0")/tap.sh"

@@ -15,7 +15,7 @@ ok "head -n 1 LICENSE | grep -qx 'PostgreSQL License'" "LICENSE: the PostgreSQL 
 meta() { python3 -c 'import json, sys; m = json.load(open("META.json")); print(eval(sys.argv[1]))' "$1" 2>&1; }
 is "$(meta 'm["meta-spec"]["version"]')" 1.0.0 "META.json follows the PGXN meta spec 1.0.0"
 is "$(python3 test/t/pgxn_meta.py META.json)" "" "META.json is valid under the PGXN meta spec (test/t/pgxn_meta.py)"
-library=$(sed -n 's/^#define SECKILL_LIBRARY_VERSION SECKILL_SQL_VERSION "\.\([0-9]*\)"$/\1/p' src/seckill.h)
+library=$(library_number)
 ok "[ -n '$library' ]" "the library's version is the SQL version's and a number: $version.$library"
 library=$version.$library
 is "$(meta 'm["version"]')" "$library" "META.json's version is the library's, in SemVer"

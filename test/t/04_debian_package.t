@@ -14,7 +14,7 @@ set -uo pipefail
 port=${SECKILL_PACKAGE_PORT:-$SECKILL_OWN_PORT}
 ports_free SECKILL_PACKAGE_PORT "$port" $((port + 1))
 version=$(sed -n "s/^default_version = '\(.*\)'$/\1/p" "$SECKILL_ROOT/seckill.control")
-library=$version.$(sed -n 's/^#define SECKILL_LIBRARY_VERSION SECKILL_SQL_VERSION "\.\([0-9]*\)"$/\1/p' "$SECKILL_ROOT/src/seckill.h")
+library=$version.$(library_number)
 work=$(mktemp -d -p "$SECKILL_TMP" package.XXXXXX)
 chmod 755 "$work"
 root=$work/root

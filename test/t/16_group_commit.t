@@ -23,6 +23,7 @@ set -uo pipefail
 . "$(dirname "$0")/sale.sh"
 
 work=$(mktemp -d)
+SALE_WORK=$work # (the load is a crowd of sale.sh)
 cleanup() {
 	psql -Xq -c "ALTER TABLE seckill.orders DROP CONSTRAINT IF EXISTS orders_customer" \
 		-c "DROP TRIGGER IF EXISTS orders_audit ON seckill.orders" -c "DROP FUNCTION IF EXISTS public.gc_audit()" \
@@ -60,14 +61,10 @@ SQL
 	LOAD=$!
 }
 # load_until condition: the load buys until the condition holds (60 s at
-# most), then stops; every call of it returned
+# most), then stops; every call of it returned (sale.sh's crowd_done)
 load_until() {
 	seckill_wait_for "$1" 60 || diag "not reached in 60 s: $1"
-	crowd_stop load
-	wait "$LOAD"
-	ok "grep -q 'number of failed transactions: 0' '$work/load.out' &&
-		[ \$(grep -c 'aborted in command' '$work/load.out') -eq \$(grep -c 'crowd load stopped' '$work/load.out') ]" \
-		"every call of the load returned" || diag "$(grep 'aborted in command' "$work/load.out" | grep -v stopped | head -3)"
+	crowd_done load "$LOAD"
 }
 answer_count() { psql_val "SELECT count(*) FROM stampede_answers"; }
 orders_of() { psql_val "SELECT count(*) FROM seckill.orders WHERE campaign_id = $1"; }

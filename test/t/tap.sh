@@ -72,6 +72,12 @@ is() {
 PSQL_OWN_CONNECTION="[;\\]|seckill_[a-z_]*lock|advisory|set_config|backend_pid|pg_stat_activity|terminate|cancel_backend"
 PSQL_OWN_CONNECTION+="|(^|[^a-z_])temp(orary)?[[:space:]]|listen|notify|prepare|declare|cursor|copy|stdin|reload_conf|dblink"
 PSQL_OWN_CONNECTION+="|^[[:space:]]*(set|reset|begin|start|discard|alter[[:space:]]+(database|role|user|system))"
+# library_number: the library's own number, after the SQL version
+# (SECKILL_LIBRARY_VERSION in src/seckill.h); empty when it is not one
+library_number() {
+	sed -n 's/^#define SECKILL_LIBRARY_VERSION SECKILL_SQL_VERSION "\.\([0-9]*\)"$/\1/p' "$SECKILL_ROOT/src/seckill.h"
+}
+
 psql_val() {
 	local quotes=${1//[^\']/}
 	if [ "${SECKILL_PSQL_SESSION:-1}" = 1 ] && [ $((${#quotes} % 2)) = 0 ] && ! [[ ${1,,} =~ $PSQL_OWN_CONNECTION ]]; then

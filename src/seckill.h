@@ -4,10 +4,11 @@
  *		Names shared by every part of seckill: limits, statuses, GUCs.
  *
  * A purchase travels: backend (backend/buy.c) -> a request slot in shared
- * memory (shared/call.c) -> the background worker (worker/worker.c, its
- * purchase round in worker/purchase.c) -> Redis (redis/pipeline.c and the
- * Lua scripts of layout/) -> the group commit in PostgreSQL (store/store.c) -> back to the
- * waiting backend.
+ * memory (shared/call.c) -> the background worker (worker/worker.c's loop;
+ * worker/round.c moves each round of purchases through its stages, the work
+ * of each in worker/purchase.c) -> Redis (redis/pipeline.c and the Lua
+ * scripts of layout/) -> the group commit in PostgreSQL (store/store.c) ->
+ * back to the waiting backend.
  *
  * Settings are defined in settings.c, the names below in names.c, and the
  * module's entry is seckill.c.
@@ -166,11 +167,14 @@ extern int	seckill_redis_epoch_lost;
 typedef enum SeckillCrashPoint
 {
 	SK_CRASH_NONE,
+	SK_CRASH_AFTER_GATHER,		/* a round's purchases taken, nothing sent */
 	SK_CRASH_AFTER_RESERVE,		/* Redis reserved, nothing committed */
 	SK_CRASH_AFTER_COMMIT,		/* committed, journal not settled, nobody woken */
 	SK_CRASH_BEFORE_WAKE,		/* committed and settled, nobody woken */
-	SK_CRASH_OVERLAPPED			/* a round committed while the next one's
+	SK_CRASH_OVERLAPPED,		/* a round committed while the next one's
 								 * reservations are in Redis, nobody woken */
+	SK_CRASH_AFTER_ANSWER		/* a round answered, the next one's replies
+								 * read, PostgreSQL's refusals not given back */
 } SeckillCrashPoint;
 
 #ifdef SECKILL_CRASH_POINTS

@@ -97,10 +97,12 @@ int			seckill_crash_point = SK_CRASH_NONE;
 
 static const struct config_enum_entry crash_points[] = {
 	{"none", SK_CRASH_NONE, false},
+	{"after_gather", SK_CRASH_AFTER_GATHER, false},
 	{"after_reserve", SK_CRASH_AFTER_RESERVE, false},
 	{"after_commit", SK_CRASH_AFTER_COMMIT, false},
 	{"before_wake", SK_CRASH_BEFORE_WAKE, false},
 	{"overlapped", SK_CRASH_OVERLAPPED, false},
+	{"after_answer", SK_CRASH_AFTER_ANSWER, false},
 	{NULL, 0, false}
 };
 

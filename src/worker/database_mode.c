@@ -78,7 +78,6 @@ sk_database_mode_leave(void)
 void
 sk_database_mode_serve(RoundItem **buys, int nserved)
 {
-	sk_purchase_flush();
 	/*
 	 * A primary left behind by a failover never sells, not even from
 	 * PostgreSQL; nor one that waits for a claim since Redis lost its epoch.

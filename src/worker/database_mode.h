@@ -9,7 +9,7 @@
 #ifndef SECKILL_DATABASE_MODE_H
 #define SECKILL_DATABASE_MODE_H
 
-#include "worker/round.h"
+#include "worker/round_item.h"
 
 extern bool sk_database_mode_leave(void);
 extern void sk_database_mode_serve(RoundItem **buys, int nserved);

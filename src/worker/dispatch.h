@@ -10,7 +10,7 @@
 #define SECKILL_DISPATCH_H
 
 #include "shared/call.h"
-#include "worker/round.h"
+#include "worker/round_item.h"
 
 extern void sk_dispatch_serve(RoundItem *item);
 extern bool sk_dispatch_paced(SeckillRequestKind kind);

@@ -8,7 +8,7 @@
 #ifndef SECKILL_PACING_H
 #define SECKILL_PACING_H
 
-#include "worker/round.h"
+#include "worker/round_item.h"
 
 extern void sk_pacing_note_purchases(void);
 extern long sk_pacing_wait(void);

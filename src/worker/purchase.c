@@ -1,17 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * purchase.c
- *		A round's purchases: one pipeline of EVALSHA calls to Redis (the
- *		purchases of each campaign's shard checked and reserved by one call
- *		of lua/buy.lua in their home shard, the short ones lent stock by the
- *		next shards), one group commit of the accepted orders, then the
- *		callers are woken and whatever PostgreSQL refused is given back.
- *		The group commit is staged: it runs while the next round's pipeline
- *		is in Redis (a small one waits for that round's orders, once), or at
- *		once when no round follows.  Every reservation is journaled in Redis
- *		before its commit, so a stop anywhere in either stage is settled by
- *		the replay.  Without Redis, the same group commit sells from
- *		PostgreSQL alone.
+ *		The work of each stage of a round of purchases (worker/round.c
+ *		moves the rounds through them): reserved in Redis by one pipeline
+ *		of EVALSHA calls (the purchases of each campaign's shard checked
+ *		and reserved by one call of lua/buy.lua in their home shard, the
+ *		short ones lent stock by the next shards); committed with other
+ *		staged rounds in one group commit, then their callers answered;
+ *		whatever PostgreSQL refused given back.  Every reservation is
+ *		journaled in Redis before its commit, so a stop anywhere in a
+ *		round is settled by the replay.  Without Redis, the same group
+ *		commit sells from PostgreSQL alone.
  *
  *-------------------------------------------------------------------------
  */
@@ -28,37 +27,6 @@
 #include "worker/epoch.h"
 #include "worker/journal.h"
 #include "worker/order_ids.h"
-
-/*
- * The commit stage: the orders Redis accepted in the last round, committed
- * between the sending of the next round's pipeline and the reading of its
- * replies (sk_pipeline_send, sk_pipeline_receive), or by sk_purchase_flush()
- * when no round follows at once.  Its callers' items are copies, as the
- * worker reuses a round's; those PostgreSQL refused are given back once no
- * pipeline is in flight.
- *
- * With them, the round's duplicates: Redis has the user among the buyers,
- * but the reservation that put them there may be staged, or committed a
- * moment ago.  They are answered with the commit stage, with the id of the
- * order the user holds, or busy when PostgreSQL refused that reservation.
- */
-typedef struct CommitStage
-{
-	MemoryContext cxt;			/* of the copies below */
-	RoundItem  *items;
-	SkOrder    *orders;
-	int			n;
-	RoundItem  *dups;
-	SkOrder    *dup_orders;
-	int			ndups;
-	bool		committed;
-	bool		waited;			/* its commit waited for a round already */
-} CommitStage;
-
-static CommitStage stage;
-
-/* A stage of fewer purchases than this waits for the next round's, once. */
-#define SK_GROUP_COMMIT_MIN 24
 
 /*
  * A duplicate's answer: the order the user holds; busy when the user holds
@@ -187,13 +155,6 @@ not_served(RoundItem *item, const SkScriptAnswer *a, int64 *rebuild, int *nrebui
 	}
 }
 
-/* A purchase of a round, with what Redis has said of it so far. */
-typedef struct Purchase
-{
-	RoundItem  *item;
-	SkOrder		order;
-} Purchase;
-
 static int
 purchase_cmp(const void *a, const void *b)
 {
@@ -300,94 +261,214 @@ take_elsewhere(Purchase *pending, int npending, Purchase *accepted, int *naccept
 }
 
 /*
- * Stage a round's accepted purchases and its duplicates for the group
- * commit, after those of an earlier round whose commit waited for them.
+ * The round's purchases go to Redis: one pipeline of lua/buy.lua calls, one
+ * per campaign shard, after the settles of the orders committed before
+ * (their journal entries dropped).  The requests are copied into the round,
+ * each with an order id, taken in advance for all of them.
  */
-static void
-stage_purchases(Purchase *accepted, int n, RoundItem **dups, int nd)
+void
+sk_purchase_reserve(Round *r, RoundItem **items, int n)
 {
 	MemoryContext old;
-	int			first = stage.n,
-				firstd = stage.ndups;
+	int64	   *ids;
 
-	Assert(!stage.committed);
-	if (stage.cxt == NULL)
-		stage.cxt = AllocSetContextCreate(TopMemoryContext, "seckill commit stage", ALLOCSET_DEFAULT_SIZES);
-	/* the group commit wants them by id; those served by other shards came last */
-	qsort(accepted, n, sizeof(Purchase), purchase_cmp);
-	old = MemoryContextSwitchTo(stage.cxt);
-	if (first == 0 && firstd == 0)
-	{
-		stage.items = palloc(sizeof(RoundItem) * n);
-		stage.orders = palloc(sizeof(SkOrder) * n);
-		stage.dups = palloc(sizeof(RoundItem) * nd);
-		stage.dup_orders = palloc0(sizeof(SkOrder) * nd);
-	}
-	else
-	{
-		stage.items = repalloc(stage.items, sizeof(RoundItem) * (first + n));
-		stage.orders = repalloc(stage.orders, sizeof(SkOrder) * (first + n));
-		stage.dups = repalloc(stage.dups, sizeof(RoundItem) * (firstd + nd));
-		stage.dup_orders = repalloc(stage.dup_orders, sizeof(SkOrder) * (firstd + nd));
-	}
+	Assert(r->stage == ROUND_EMPTY);
+	if (r->cxt == NULL)
+		r->cxt = AllocSetContextCreate(TopMemoryContext, "seckill round", ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(r->cxt);
+	r->n = n;
+	r->items = palloc(sizeof(RoundItem) * n);
+	r->all = palloc0(sizeof(Purchase) * n);
+	r->calls = sk_buy_calls_new(n);
+	pg_atomic_fetch_add_u64(&seckill_figures->counters.purchases, n);
+	ids = palloc(sizeof(int64) * n);
+	sk_order_ids_take(ids, n);
+
+	sk_pipeline_init(&r->pipeline);
+	(void) sk_journal_add_settles(&r->pipeline);
 	for (int i = 0; i < n; i++)
 	{
-		stage.items[first + i] = *accepted[i].item;
-		stage.orders[first + i] = accepted[i].order;
+		SeckillRequest *req = &r->items[i].request;
+		SkOrder    *o = &r->all[i].order;
+		SeckillCampaign *c;
+
+		r->items[i] = *items[i];
+		c = seckill_campaign_find(req->campaign_id);
+		r->all[i].item = &r->items[i];
+		o->id = ids[i];
+		o->campaign_id = req->campaign_id;
+		o->user_id = req->user_id;
+		o->qty = req->qty;
+		o->nshards = Max(req->shards, 1);
+		o->home = o->stock_shard = sk_keys_home_shard(req->user_id, o->nshards);
+		sk_buy_calls_add(r->calls, req, o, c ? c->row.created_at : 0, sk_epoch_arg());
 	}
-	for (int i = 0; i < nd; i++)
-	{
-		stage.dups[firstd + i] = *dups[i];
-		memset(&stage.dup_orders[firstd + i], 0, sizeof(SkOrder));
-		stage.dup_orders[firstd + i].campaign_id = dups[i]->request.campaign_id;
-		stage.dup_orders[firstd + i].outcome = SK_DUPLICATE;
-	}
-	/* the copies may have moved */
-	for (int i = 0; i < first + n; i++)
-		stage.orders[i].user_id = stage.items[i].request.user_id;
-	for (int i = 0; i < firstd + nd; i++)
-		stage.dup_orders[i].user_id = stage.dups[i].request.user_id;
+	sk_buy_calls_send(r->calls, &r->pipeline);
+	r->flight = sk_pipeline_send(&r->pipeline);
+	r->stage = ROUND_RESERVING;
 	MemoryContextSwitchTo(old);
-	stage.n = first + n;
-	stage.ndups = firstd + nd;
 }
 
 /*
- * Commit the staged orders in one transaction and answer their callers; the
- * journal entries of the committed ones are dropped by a later pipeline.
- * The commit waits for its WAL flush (and a synchronous standby, where one
- * must confirm it), so that "ok" means durable; it runs while the next
- * round's pipeline is in Redis, and the longer it takes, the more requests
- * the next round gathers: one flush serves them all.  (Callers that flushed
- * the WAL themselves, the worker going on at once, measured more context
- * switches and CPU a purchase: smaller rounds, more flushes, and a
- * wake-up more for each.)  Uses no Redis: it may run while a pipeline is
- * in flight.
+ * Read what Redis said of the round's purchases: each one is answered now,
+ * or lent stock by another shard, or staged for the commit with the
+ * duplicates (by order id: the group commit wants them so).  The round is
+ * then staged, or empty when nothing is left to commit.  When Redis failed,
+ * every purchase of the round is answered with its error.
  */
-static void
-commit_stage(void)
+void
+sk_purchase_receive(Round *r, int64 *rebuild, int *nrebuild)
 {
-	if ((stage.n == 0 && stage.ndups == 0) || stage.committed)
+	MemoryContext old = MemoryContextSwitchTo(r->cxt);
+	SkReply    *replies;
+	Purchase   *accepted = palloc(sizeof(Purchase) * r->n);
+	Purchase   *pending = palloc(sizeof(Purchase) * r->n);
+	int			naccepted = 0,
+				npending = 0;
+
+	Assert(r->stage == ROUND_RESERVING);
+	*nrebuild = 0;
+	r->dup_items = palloc(sizeof(RoundItem *) * r->n);
+	r->dup_orders = palloc0(sizeof(SkOrder) * r->n);
+	replies = sk_pipeline_receive(r->flight);
+	if (replies == NULL)
+	{
+		/* Some reservations may have been made: the replay gives them back. */
+		sk_journal_lost();
+		for (int i = 0; i < r->n; i++)
+		{
+			seckill_reply_error(&r->items[i].reply, SK_ERR_REDIS,
+								"%s; no purchase of this request was made", sk_redis_error());
+			sk_answer(&r->items[i]);
+		}
+		MemoryContextSwitchTo(old);
+		sk_purchase_empty(r);
 		return;
-	if (stage.n > 0)
+	}
+
+	for (int i = 0; i < r->n; i++)
+	{
+		RoundItem  *item = &r->items[i];
+		SkOrder    *o = &r->all[i].order;
+		SkScriptAnswer a;
+
+		sk_buy_answer(r->calls, replies, i, &a);
+		if (a.unaccounted)
+			sk_journal_lost();	/* whatever it reserved is settled by the replay */
+		switch (a.verdict)
+		{
+			case SK_VERDICT_ANSWER:
+				item->reply.status = a.status;
+				if (a.status == SK_OK || a.status == SK_SOLD_OUT)
+					seckill_campaign_note_stock(o->campaign_id, o->home, a.stock);
+				if (a.status == SK_OK)
+					accepted[naccepted++] = r->all[i];
+				else if (a.status == SK_DUPLICATE)
+				{
+					r->dup_orders[r->ndups].campaign_id = o->campaign_id;
+					r->dup_orders[r->ndups].user_id = o->user_id;
+					r->dup_orders[r->ndups].outcome = SK_DUPLICATE;
+					r->dup_items[r->ndups++] = item;
+				}
+				else
+					sk_answer(item);
+				continue;
+			case SK_VERDICT_NEED_STOCK:
+				seckill_campaign_note_stock(o->campaign_id, o->home, a.stock);
+				pending[npending++] = r->all[i];
+				continue;
+			default:
+				not_served(item, &a, rebuild, nrebuild);
+				break;
+		}
+		sk_answer(item);
+	}
+	if (npending > 0)
+		take_elsewhere(pending, npending, accepted, &naccepted, rebuild, nrebuild);
+
+	/* the group commit wants them by id; those served by other shards came last */
+	qsort(accepted, naccepted, sizeof(Purchase), purchase_cmp);
+	r->orders = palloc(sizeof(SkOrder) * Max(naccepted, 1));
+	r->order_items = palloc(sizeof(RoundItem *) * Max(naccepted, 1));
+	for (int i = 0; i < naccepted; i++)
+	{
+		r->orders[i] = accepted[i].order;
+		r->order_items[i] = accepted[i].item;
+	}
+	r->norders = naccepted;
+	MemoryContextSwitchTo(old);
+	if (r->norders > 0 || r->ndups > 0)
+		r->stage = ROUND_STAGED;
+	else
+		sk_purchase_empty(r);
+}
+
+/*
+ * Commit the staged rounds' orders in one transaction (they are in id
+ * order, round after round) and answer their callers; the journal entries
+ * of the committed ones are dropped by a later pipeline.  The commit waits
+ * for its WAL flush (and a synchronous standby, where one must confirm
+ * it), so that "ok" means durable; it runs while the next round's pipeline
+ * is in Redis, and the longer it takes, the more requests the next round
+ * gathers: one flush serves them all.  (Callers that flushed the WAL
+ * themselves, the worker going on at once, measured more context switches
+ * and CPU a purchase: smaller rounds, more flushes, and a wake-up more for
+ * each.)  Uses no Redis: it may run while a pipeline is in flight.
+ */
+void
+sk_purchase_commit(Round **rounds, int nrounds)
+{
+	SkOrder    *orders;
+	SkOrder    *dups;
+	int			n = 0,
+				nd = 0;
+
+	for (int k = 0; k < nrounds; k++)
+	{
+		Assert(rounds[k]->stage == ROUND_STAGED);
+		n += rounds[k]->norders;
+		nd += rounds[k]->ndups;
+	}
+	/* one round's orders are committed in place; more rounds' together */
+	orders = nrounds == 1 ? rounds[0]->orders : palloc(sizeof(SkOrder) * Max(n, 1));
+	dups = nrounds == 1 ? rounds[0]->dup_orders : palloc(sizeof(SkOrder) * Max(nd, 1));
+	if (nrounds > 1)
+		for (int k = 0, i = 0, j = 0; k < nrounds; k++)
+		{
+			memcpy(&orders[i], rounds[k]->orders, sizeof(SkOrder) * rounds[k]->norders);
+			memcpy(&dups[j], rounds[k]->dup_orders, sizeof(SkOrder) * rounds[k]->ndups);
+			i += rounds[k]->norders;
+			j += rounds[k]->ndups;
+		}
+
+	if (n > 0)
 		seckill_crash_if(SK_CRASH_AFTER_RESERVE);
 	store_begin("seckill: commit orders");
-	if (stage.n > 0)
+	if (n > 0)
 	{
-		store_commit_orders(stage.orders, stage.n, true);
-		store_name_held_orders(stage.orders, stage.n);
+		store_commit_orders(orders, n, true);
+		store_name_held_orders(orders, n);
 	}
-	store_name_held_orders(stage.dup_orders, stage.ndups);
+	store_name_held_orders(dups, nd);
 	store_commit();
-	stage.committed = true;
-	if (stage.n > 0)
+	if (nrounds > 1)
+		for (int k = 0, i = 0, j = 0; k < nrounds; k++)
+		{
+			memcpy(rounds[k]->orders, &orders[i], sizeof(SkOrder) * rounds[k]->norders);
+			memcpy(rounds[k]->dup_orders, &dups[j], sizeof(SkOrder) * rounds[k]->ndups);
+			i += rounds[k]->norders;
+			j += rounds[k]->ndups;
+		}
+	for (int k = 0; k < nrounds; k++)
+		rounds[k]->stage = ROUND_COMMITTED;
+	if (n > 0)
 	{
 		pg_atomic_fetch_add_u64(&seckill_figures->counters.commits, 1);
 		seckill_crash_if(SK_CRASH_AFTER_COMMIT);
 	}
-	for (int i = 0; i < stage.n; i++)
-		if (stage.orders[i].outcome == SK_OK)
-			sk_journal_settle(&stage.orders[i]);
+	for (int i = 0; i < n; i++)
+		if (orders[i].outcome == SK_OK)
+			sk_journal_settle(&orders[i]);
 	if (sk_redis_in_flight())
 		seckill_crash_if(SK_CRASH_OVERLAPPED);
 	else if (seckill_crash_point == SK_CRASH_BEFORE_WAKE)
@@ -395,178 +476,52 @@ commit_stage(void)
 		sk_journal_flush_settles();
 		seckill_crash_if(SK_CRASH_BEFORE_WAKE);
 	}
-	for (int i = 0; i < stage.n; i++)
+	for (int k = 0; k < nrounds; k++)
 	{
-		stage.items[i].reply.status = stage.orders[i].outcome;
-		if (stage.orders[i].outcome == SK_OK)
-			stage.items[i].reply.order_id = stage.orders[i].id;
-		else if (stage.orders[i].outcome == SK_DUPLICATE)
-			reply_duplicate(&stage.items[i].reply, &stage.orders[i]);
-		sk_answer(&stage.items[i]);
-	}
-	for (int i = 0; i < stage.ndups; i++)
-	{
-		reply_duplicate(&stage.dups[i].reply, &stage.dup_orders[i]);
-		sk_answer(&stage.dups[i]);
-	}
-}
+		Round	   *r = rounds[k];
 
-static void
-empty_stage(void)
-{
-	stage.n = 0;
-	stage.ndups = 0;
-	stage.waited = false;
-	stage.committed = false;
-	if (stage.cxt)
-		MemoryContextReset(stage.cxt);
-}
-
-/* What PostgreSQL refused of the committed stage goes back to Redis; the stage empties. */
-static void
-give_back_refused(void)
-{
-	if ((stage.n == 0 && stage.ndups == 0) || !stage.committed)
-		return;
-	/* (the compensations logged with the orders are durable: committed before) */
-	sk_journal_give_back(stage.orders, stage.n);
-	empty_stage();
-}
-
-/*
- * While the next round's pipeline is in Redis: commit the stage, unless it
- * is small and has not waited yet; then it is committed with that round's
- * purchases (a bigger group commit costs less a purchase: one transaction,
- * one campaign row update, one WAL flush for more of them).
- */
-static void
-commit_stage_overlapped(void)
-{
-	if (!stage.waited && stage.n + stage.ndups < SK_GROUP_COMMIT_MIN)
-	{
-		stage.waited = true;
-		return;
-	}
-	commit_stage();
-}
-
-bool
-sk_purchase_staged(void)
-{
-	return stage.n > 0 || stage.ndups > 0;
-}
-
-void
-sk_purchase_flush(void)
-{
-	commit_stage();
-	give_back_refused();
-}
-
-/*
- * After an error broke a round off: the staged callers were answered with
- * it, and the replay settles what Redis reserved for them.
- */
-void
-sk_purchase_forget(void)
-{
-	/* their journal entries stay: the replay settles them */
-	empty_stage();
-}
-
-void
-sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild)
-{
-	SkPipeline	p;
-	SkFlight   *flight;
-	SkReply    *replies;
-	Purchase   *all = palloc0(sizeof(Purchase) * n);
-	Purchase   *accepted = palloc(sizeof(Purchase) * n);
-	Purchase   *pending = palloc(sizeof(Purchase) * n);
-	RoundItem **dups = palloc(sizeof(RoundItem *) * n);
-	int			naccepted = 0,
-				npending = 0,
-				nd = 0;
-	int64	   *ids;
-	SkBuyCalls *calls = sk_buy_calls_new(n);
-
-	*nrebuild = 0;
-	pg_atomic_fetch_add_u64(&seckill_figures->counters.purchases, n);
-	ids = palloc(sizeof(int64) * n);
-	sk_order_ids_take(ids, n);
-
-	sk_pipeline_init(&p);
-	(void) sk_journal_add_settles(&p);
-	for (int i = 0; i < n; i++)
-	{
-		SeckillRequest *req = &items[i]->request;
-		SkOrder    *o = &all[i].order;
-		SeckillCampaign *c = seckill_campaign_find(req->campaign_id);
-
-		all[i].item = items[i];
-		o->id = ids[i];
-		o->campaign_id = req->campaign_id;
-		o->user_id = req->user_id;
-		o->qty = req->qty;
-		o->nshards = Max(req->shards, 1);
-		o->home = o->stock_shard = sk_keys_home_shard(req->user_id, o->nshards);
-		sk_buy_calls_add(calls, req, o, c ? c->row.created_at : 0, sk_epoch_arg());
-	}
-	sk_buy_calls_send(calls, &p);
-	flight = sk_pipeline_send(&p);
-	/* while Redis runs this round's purchases (or failed already) */
-	commit_stage_overlapped();
-	replies = sk_pipeline_receive(flight);
-	if (replies == NULL)
-	{
-		give_back_refused();
-		/* Some reservations may have been made: the replay gives them back. */
-		sk_journal_lost();
-		sk_fail_all(items, n, SK_ERR_REDIS,
-				 psprintf("%s; no purchase of this request was made", sk_redis_error()));
-		return;
-	}
-
-	for (int i = 0; i < n; i++)
-	{
-		SeckillReply *reply = &items[i]->reply;
-		SkOrder    *o = &all[i].order;
-		SkScriptAnswer a;
-
-		sk_buy_answer(calls, replies, i, &a);
-		if (a.unaccounted)
-			sk_journal_lost();	/* whatever it reserved is settled by the replay */
-		switch (a.verdict)
+		for (int i = 0; i < r->norders; i++)
 		{
-			case SK_VERDICT_ANSWER:
-				reply->status = a.status;
-				if (a.status == SK_OK || a.status == SK_SOLD_OUT)
-					seckill_campaign_note_stock(o->campaign_id, o->home, a.stock);
-				if (a.status == SK_OK)
-					accepted[naccepted++] = all[i];
-				else if (a.status == SK_DUPLICATE)
-					dups[nd++] = items[i];
-				else
-					sk_answer(items[i]);
-				continue;
-			case SK_VERDICT_NEED_STOCK:
-				seckill_campaign_note_stock(o->campaign_id, o->home, a.stock);
-				pending[npending++] = all[i];
-				continue;
-			default:
-				not_served(items[i], &a, rebuild, nrebuild);
-				break;
-		}
-		sk_answer(items[i]);
-	}
-	if (npending > 0)
-		take_elsewhere(pending, npending, accepted, &naccepted, rebuild, nrebuild);
+			SeckillReply *reply = &r->order_items[i]->reply;
 
-	/* after this round's replies, so that the stock it notes is the newest */
-	give_back_refused();
-	if (naccepted > 0 || nd > 0)
-		stage_purchases(accepted, naccepted, dups, nd);
-	/* a replay must find them committed: the stage waits for no next round then */
-	if (sk_journal_needs_replay() || seckill_crash_point == SK_CRASH_BEFORE_WAKE)
-		sk_purchase_flush();
+			reply->status = r->orders[i].outcome;
+			if (r->orders[i].outcome == SK_OK)
+				reply->order_id = r->orders[i].id;
+			else if (r->orders[i].outcome == SK_DUPLICATE)
+				reply_duplicate(reply, &r->orders[i]);
+			sk_answer(r->order_items[i]);
+		}
+		for (int i = 0; i < r->ndups; i++)
+		{
+			reply_duplicate(&r->dup_items[i]->reply, &r->dup_orders[i]);
+			sk_answer(r->dup_items[i]);
+		}
+	}
+}
+
+/* What PostgreSQL refused of the committed round goes back to Redis; the round empties. */
+void
+sk_purchase_give_back(Round *r)
+{
+	Assert(r->stage == ROUND_COMMITTED);
+	/* (the compensations logged with the orders are durable: committed before) */
+	sk_journal_give_back(r->orders, r->norders);
+	sk_purchase_empty(r);
+}
+
+/*
+ * Free the round for the next one.  After an error broke a round off, its
+ * callers were answered with it, and the replay settles what Redis
+ * reserved for them: their journal entries stay.
+ */
+void
+sk_purchase_empty(Round *r)
+{
+	MemoryContext cxt = r->cxt;
+
+	memset(r, 0, sizeof(Round));
+	r->cxt = cxt;
+	r->stage = ROUND_EMPTY;
+	if (cxt)
+		MemoryContextReset(cxt);
 }

@@ -1,25 +1,72 @@
 /*-------------------------------------------------------------------------
  *
  * purchase.h
- *		A round's purchases, through Redis or from PostgreSQL alone.
+ *		A round of purchases as one value, and the work of each of its
+ *		stages: reserved in Redis, committed in PostgreSQL, answered, and
+ *		what PostgreSQL refused given back.  worker/round.c moves the
+ *		values through their stages; without Redis, the same group commit
+ *		sells from PostgreSQL alone.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef SECKILL_PURCHASE_H
 #define SECKILL_PURCHASE_H
 
-#include "worker/round.h"
+#include "layout/purchase_scripts.h"
+#include "worker/round_item.h"
 
-/* rebuild: room for n campaign ids that Redis lost, to rebuild after the round */
-extern void sk_purchase_round(RoundItem **items, int n, int64 *rebuild, int *nrebuild);
-extern void sk_purchase_from_database(RoundItem **items, int n);
+/* A purchase of a round, with what Redis has said of it so far. */
+typedef struct Purchase
+{
+	RoundItem  *item;
+	SkOrder		order;
+} Purchase;
+
+/* Where a round of purchases is in its life. */
+typedef enum RoundStage
+{
+	ROUND_EMPTY,				/* free for the next round */
+	ROUND_RESERVING,			/* its pipeline is in Redis */
+	ROUND_STAGED,				/* Redis reserved its orders: to commit */
+	ROUND_COMMITTED				/* committed, settled and answered; what
+								 * PostgreSQL refused is to give back */
+} RoundStage;
+
 /*
- * A round's accepted orders wait in the commit stage for the next round's
- * pipeline, or for sk_purchase_flush(), which whatever is not a purchase
- * round (a replay, admin work, an idle wait) calls first.
+ * A round of purchases: its requests (copies, as the worker reuses its
+ * own), the pipeline of its reservations, the orders Redis accepted with the
+ * duplicates answered with them.  Everything it holds lives in cxt,
+ * emptied with it.
  */
-extern bool sk_purchase_staged(void);
-extern void sk_purchase_flush(void);
-extern void sk_purchase_forget(void);
+typedef struct Round
+{
+	RoundStage	stage;
+	MemoryContext cxt;
+	RoundItem  *items;
+	Purchase   *all;			/* one per item, with its order */
+	int			n;
+	/* reserving */
+	SkPipeline	pipeline;
+	SkBuyCalls *calls;
+	SkFlight   *flight;
+	/* staged, then committed: by order id */
+	SkOrder    *orders;
+	RoundItem **order_items;
+	int			norders;
+	/* Redis has them among the buyers: answered with the commit */
+	SkOrder    *dup_orders;
+	RoundItem **dup_items;
+	int			ndups;
+	bool		waited;			/* its commit waited for a next round already */
+} Round;
+
+extern void sk_purchase_reserve(Round *r, RoundItem **items, int n);
+/* rebuild: room for r->n campaign ids that Redis lost, to rebuild after the round */
+extern void sk_purchase_receive(Round *r, int64 *rebuild, int *nrebuild);
+extern void sk_purchase_commit(Round **rounds, int n);
+extern void sk_purchase_give_back(Round *r);
+extern void sk_purchase_empty(Round *r);
+
+extern void sk_purchase_from_database(RoundItem **items, int n);
 
 #endif							/* SECKILL_PURCHASE_H */

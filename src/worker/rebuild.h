@@ -10,7 +10,7 @@
 #define SECKILL_REBUILD_H
 
 #include "store/store.h"
-#include "worker/round.h"
+#include "worker/round_item.h"
 
 extern void sk_rebuild_request(int64 campaign_id);
 extern void sk_rebuild_lost(int64 campaign_id);

@@ -1,38 +1,21 @@
 /*-------------------------------------------------------------------------
  *
  * round.h
- *		One request of a worker's round, and how its caller is answered.
+ *		The worker's rounds: the requests taken from the queue, their
+ *		purchases moved through their stages beside the last round's
+ *		commit, then the other requests.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef SECKILL_ROUND_H
 #define SECKILL_ROUND_H
 
-#include "shared/call.h"
+#include "seckill.h"
 
-typedef struct RoundItem
-{
-	int			slot;
-	uint64		seq;
-	SeckillRequest request;
-	SeckillReply reply;
-} RoundItem;
+#include "utils/timestamp.h"
 
-/* Answer the caller; false when it gave up meanwhile. */
-static inline bool
-sk_answer(RoundItem *item)
-{
-	return seckill_slot_reply(item->slot, item->seq, &item->reply);
-}
-
-static inline void
-sk_fail_all(RoundItem **items, int n, SeckillStatus status, const char *message)
-{
-	for (int i = 0; i < n; i++)
-	{
-		seckill_reply_error(&items[i]->reply, status, "%s", message);
-		sk_answer(items[i]);
-	}
-}
+extern void sk_rounds_init(void);
+extern bool sk_rounds_serve(MemoryContext cxt, TimestampTz until);
+extern void sk_rounds_forget(void);
 
 #endif							/* SECKILL_ROUND_H */

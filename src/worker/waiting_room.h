@@ -9,7 +9,7 @@
 #ifndef SECKILL_WAITING_ROOM_H
 #define SECKILL_WAITING_ROOM_H
 
-#include "worker/round.h"
+#include "worker/round_item.h"
 
 extern void sk_waiting_room_start(void);
 extern void sk_waiting_room_join(RoundItem *items, int nitems);

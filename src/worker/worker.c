@@ -1,19 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * worker.c
- *		The seckill background worker: its start, its loop, which drains
- *		the request queue in rounds, and its error boundary.
+ *		The seckill background worker: its start, its loop, what it does
+ *		between rounds and while idle, and its error boundary.
  *
- * One round serves every pending request: all purchases go to Redis as one
- * pipeline of EVALSHA calls, all accepted orders are committed in one
- * transaction, then the callers are woken.  While purchases keep coming,
- * rounds run back to back and each one's transaction commits while the next
- * one's pipeline is in Redis (worker/purchase.c).  The journal entries of the
- * committed orders are dropped by a later round's pipeline; reservations
- * PostgreSQL refused are given back once the pipeline in flight is read.
- * Admin requests follow, one at a time, after the round's orders are
- * committed (worker/dispatch.c); long work is sliced between rounds
- * (worker/pacing.c).
+ * The loop serves the request queue in rounds (worker/round.c: a round's
+ * purchases through Redis and one group commit, back to back while they
+ * keep coming; its admin requests after them, worker/dispatch.c); between
+ * rounds come the settings, Redis' connection, the journal's replays, the
+ * locks' watchdog, the audit and the waiting lines; long work is sliced
+ * between rounds (worker/pacing.c).  Idle, it sleeps until a request comes
+ * or something is due.
  *
  *-------------------------------------------------------------------------
  */
@@ -53,8 +50,8 @@
 #include "worker/lease.h"
 #include "worker/lock_keeper.h"
 #include "worker/pacing.h"
-#include "worker/purchase.h"
 #include "worker/rebuild.h"
+#include "worker/round.h"
 #include "worker/waiting_room.h"
 
 PGDLLEXPORT void seckill_worker_main(Datum main_arg);
@@ -69,158 +66,6 @@ worker_exit(int code, Datum arg)
 {
 	seckill_shared->worker_latch = NULL;
 	seckill_fail_taken_slots("the seckill worker stopped while it held this request", 0);
-}
-
-/* Rounds served back to back, each one's commit beside the next one's Redis stage. */
-#define OVERLAPPED_ROUNDS 16
-
-/* A round's requests: allocated once, so that nothing can fail between drain and take. */
-static int *slots = NULL;
-static RoundItem *items = NULL;
-static RoundItem **buys = NULL;
-
-/*
- * The round's purchases: through Redis once it is connected, its journals
- * replayed and, after sales from PostgreSQL alone, rebuilt; else from
- * PostgreSQL alone or with an error, as seckill.redis_unavailable says.
- * Those of campaigns being rebuilt are answered busy; campaigns Redis lost
- * are rebuilt after the round.
- */
-static void
-serve_purchases(RoundItem **buys, int n)
-{
-	int64	   *rebuild = palloc(sizeof(int64) * n);
-	int			nrebuild = 0;
-	int			nserved = 0;
-	bool		through_redis;
-
-	/* a replay, and sales without Redis, find the last round's orders committed */
-	if (sk_journal_needs_replay() || seckill_shared->sales_from_database)
-		sk_purchase_flush();
-	/* first, as it may queue rebuilds */
-	through_redis = sk_journal_ready() &&
-		(!seckill_shared->sales_from_database || sk_database_mode_leave());
-	/* a take-over in that replay: its campaigns sell again, or are rebuilt, first */
-	if (through_redis)
-		sk_admin_settle_take_over();
-	for (int i = 0; i < n; i++)
-	{
-		const char *why;
-
-		if (sk_rebuild_busy(buys[i]->request.campaign_id))
-		{
-			buys[i]->reply.status = SK_BUSY;
-			sk_answer(buys[i]);
-		}
-		else if (through_redis && sk_journal_blocked(buys[i]->request.campaign_id, &why))
-		{
-			seckill_reply_error(&buys[i]->reply, SK_ERR_REDIS_REFUSED,
-								"the journal of this campaign cannot be replayed: %s", why);
-			sk_answer(buys[i]);
-		}
-		else
-			buys[nserved++] = buys[i];
-	}
-	if (nserved == 0)
-		return;
-	if (!through_redis)
-	{
-		sk_database_mode_serve(buys, nserved);
-		return;
-	}
-	sk_purchase_round(buys, nserved, rebuild, &nrebuild);
-	for (int i = 0; i < nrebuild; i++)
-		sk_rebuild_lost(rebuild[i]);
-}
-
-static void
-serve_round(int nitems, int nbuys)
-{
-	pg_atomic_fetch_add_u64(&seckill_figures->counters.rounds, 1);
-	if (!sk_installation_current())
-	{
-		for (int i = 0; i < nitems; i++)
-		{
-			seckill_reply_error(&items[i].reply, SK_ERR_INVALID,
-						   "the seckill extension in database \"%s\" is older than its library (version " SECKILL_SQL_VERSION "): run ALTER EXTENSION seckill UPDATE there",
-						   seckill_database);
-			items[i].reply.sqlerrcode = ERRCODE_SECKILL_UNAVAILABLE;
-			sk_answer(&items[i]);
-		}
-		return;
-	}
-	if (nbuys > 0)
-	{
-		serve_purchases(buys, nbuys);
-		sk_pacing_note_purchases();
-	}
-
-	/* Admin requests come after the round's purchases, committed and settled. */
-	if (nitems > nbuys)
-		sk_purchase_flush();
-	if (nitems > nbuys && sk_redis_connected())
-		sk_journal_flush_settles();
-	/* releases first: a lock given back in this round can be taken in it */
-	sk_dispatch_locks(items, nitems, SK_REQ_UNLOCK);
-	sk_dispatch_locks(items, nitems, SK_REQ_LOCK);
-	sk_waiting_room_join(items, nitems);
-	for (int i = 0; i < nitems; i++)
-		if (items[i].request.kind != SK_REQ_BUY && items[i].request.kind != SK_REQ_LOCK &&
-			items[i].request.kind != SK_REQ_UNLOCK && items[i].request.kind != SK_REQ_QUEUE_JOIN)
-			sk_pacing_serve_or_hold(&items[i]);
-}
-
-/*
- * Take the queued requests of a round into items (the purchases also into
- * buys): the number taken, and *nbuys.  Drained and taken with interrupts
- * held, so that a cancel or SIGTERM never leaves a request out of the queue
- * and not taken: every taken one is answered, or failed by the error
- * boundary or the exit.
- */
-static int
-take_round(int *nbuys)
-{
-	int			n,
-				nitems = 0;
-
-	*nbuys = 0;
-	HOLD_INTERRUPTS();
-	n = seckill_queue_drain(slots, Min(seckill_batch_size, seckill_slot_count()));
-	for (int i = 0; i < n; i++)
-	{
-		RoundItem  *item = &items[nitems];
-
-		memset(item, 0, sizeof(RoundItem));
-		if (!seckill_slot_take(slots[i], &item->request, &item->seq))
-			continue;
-		item->slot = slots[i];
-		nitems++;
-		if (item->request.kind == SK_REQ_BUY)
-			buys[(*nbuys)++] = item;
-	}
-	RESUME_INTERRUPTS();
-	return nitems;
-}
-
-/*
- * Serve a drained round, then, while purchases keep coming, the next ones
- * back to back: each round's orders commit while the next round's pipeline
- * is in Redis.  What comes between rounds (settings, replays, leases, long
- * work) waits at most OVERLAPPED_ROUNDS rounds.
- */
-static void
-serve_rounds(int nitems, int nbuys)
-{
-	serve_round(nitems, nbuys);
-	for (int more = 0; more < OVERLAPPED_ROUNDS && sk_purchase_staged() &&
-		 !ConfigReloadPending && GetCurrentTimestamp() < keeper_due &&
-		 (nitems = take_round(&nbuys)) > 0; more++)
-	{
-		CHECK_FOR_INTERRUPTS();
-		MemoryContextReset(round_cxt);
-		serve_round(nitems, nbuys);
-	}
-	sk_purchase_flush();
 }
 
 /*
@@ -464,7 +309,7 @@ recover_from_error(void)
 	sk_lease_give_if_held();
 	sk_journal_lost();
 	sk_epoch_claim_drop();
-	sk_purchase_forget();
+	sk_rounds_forget();
 	pg_atomic_write_u32(&seckill_shared->worker_idle, 0);
 	sk_pacing_forget();
 	snprintf(message, sizeof(message), "the seckill worker failed while serving this request: %s",
@@ -498,10 +343,8 @@ seckill_worker_main(Datum main_arg)
 	pin_environment();
 
 	round_cxt = AllocSetContextCreate(TopMemoryContext, "seckill round", ALLOCSET_DEFAULT_SIZES);
-	slots = MemoryContextAlloc(TopMemoryContext, sizeof(int) * seckill_slot_count());
+	sk_rounds_init();
 	sk_journal_init();
-	items = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem) * seckill_slot_count());
-	buys = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem *) * seckill_slot_count());
 
 	seckill_fail_taken_slots("the seckill worker restarted while it held this request", 0);
 	before_shmem_exit(worker_exit, 0);
@@ -525,8 +368,6 @@ seckill_worker_main(Datum main_arg)
 
 	for (;;)
 	{
-		int			n,
-					nbuys;
 		long		due;
 		long		kept_due;
 
@@ -544,10 +385,8 @@ seckill_worker_main(Datum main_arg)
 
 		kept_due = between_rounds();
 
-		n = take_round(&nbuys);
-		if (n > 0)
+		if (sk_rounds_serve(round_cxt, keeper_due))
 		{
-			serve_rounds(n, nbuys);
 			errors_in_row = 0;
 			if (sk_pacing_wait() == 0)
 				sk_pacing_step();

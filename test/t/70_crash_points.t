@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The worker stops on purpose (seckill.crash_point) right after Redis
-# reserved, right after the commit, right before waking the callers, and
-# right after committing a round while the next round's reservations are in
-# Redis (the two stages overlapped).  The stops inside the commit stage can
+# The worker stops on purpose (seckill.crash_point) at each boundary of a
+# round's stages (worker/round.c): right after taking its purchases, right
+# after Redis reserved, right after the commit, right before waking the
+# callers, right after committing a round while the next round's
+# reservations are in Redis (the two stages overlapped), and right after
+# reading the next round's replies, before what PostgreSQL refused of the
+# committed round goes back.  The stops inside the commit stage can
 # also fall while a next round is out: those callers' reservations are in
 # Redis, uncommitted.  Each time the new worker must account for every
 # reservation: the callers
@@ -20,7 +23,7 @@ log=$SECKILL_TMP/postgresql.log
 count() { grep -c "$1" "$log" || true; }
 worker_up() { [ -n "$(seckill_worker_pid 2>/dev/null)" ]; }
 
-# crash_sale stock shards: the three stops on one campaign, then sale_finish
+# crash_sale stock shards: the stops on one campaign, then sale_finish
 crash_sale() {
 	local goods cid tag
 	tag=$([ "$2" -gt 1 ] && echo "$2 shards, " || true)
@@ -31,9 +34,9 @@ crash_sale() {
 	# the other shards lend their stock through every stop
 	psql_val "DROP TABLE IF EXISTS crash_users; CREATE TABLE crash_users AS
 		SELECT p, row_number() OVER (PARTITION BY p ORDER BY i) - 1 AS n, p || '-' || i AS u
-		FROM unnest(ARRAY['after_reserve', 'after_commit', 'before_wake', 'overlapped']) p, generate_series(1, 2000) i
+		FROM unnest(ARRAY['after_gather', 'after_reserve', 'after_commit', 'before_wake', 'overlapped', 'after_answer']) p, generate_series(1, 2000) i
 		WHERE (hashtext(p || '-' || i)::bigint & 4294967295) % $2 = 0" >/dev/null
-	for point in after_reserve after_commit before_wake overlapped; do
+	for point in after_gather after_reserve after_commit before_wake overlapped after_answer; do
 		seckill_configure "SET seckill.crash_point = '$point'"
 		ok "[ $? -eq 0 ]" "$tag$point: set"
 		crashes=$(count "stops at crash point \"$point\"")
@@ -71,7 +74,8 @@ crash_sale() {
 			FROM seckill.orders r WHERE r.campaign_id = $cid AND r.user_id = a.user_id) THEN 'reserved' ELSE 'none' END")" 0 \
 			"$tag$point: each of them learns from seckill_order() the fate PostgreSQL holds ($fates)"
 		case $point in
-		after_reserve) ok "[[ \"$fates\" != *reserved* ]]" "$tag$point: none of them has an order" ;;
+		# (after_answer: those waiting were the next round's, staged, not committed)
+		after_gather | after_reserve | after_answer) ok "[[ \"$fates\" != *reserved* ]]" "$tag$point: none of them has an order" ;;
 		*) ok "[[ \"$fates\" == *reserved* ]]" "$tag$point: the orders committed before the stop stand" ;;
 		esac
 		is "$(psql_val "SELECT count(*) FROM stampede_answers a WHERE a.user_id LIKE '$point-%' AND a.status = 'ok'
@@ -83,6 +87,8 @@ crash_sale() {
 
 	is "$(psql_val "SELECT count(*) FROM seckill.compensations c JOIN seckill.orders o ON o.id = c.request_id")" 0 \
 		"no reservation is both an order and a compensation"
+	is "$(psql_val "SELECT count(*) FROM seckill.compensations WHERE campaign_id = $cid AND user_id LIKE 'after_gather-%'")" 0 \
+		"nothing was reserved for the purchases taken before the stop after_gather: nothing was given back"
 	given_back=$(psql_val "SELECT count(*) FROM seckill.compensations WHERE campaign_id = $cid AND user_id LIKE 'after_reserve-%'")
 	ok "[ $given_back -gt 0 ]" "the reservations made before the stop after_reserve were given back ($given_back, logged)"
 	# (with shards, the next round's buyers find their home shard empty: they
@@ -90,6 +96,8 @@ crash_sale() {
 	if [ "$2" -eq 1 ]; then
 		given_back=$(psql_val "SELECT count(*) FROM seckill.compensations WHERE campaign_id = $cid AND user_id LIKE 'overlapped-%'")
 		ok "[ $given_back -gt 0 ]" "the next round's reservations, out at the stop overlapped, were given back ($given_back, logged)"
+		given_back=$(psql_val "SELECT count(*) FROM seckill.compensations WHERE campaign_id = $cid AND user_id LIKE 'after_answer-%'")
+		ok "[ $given_back -gt 0 ]" "the next round's reservations, staged at the stop after_answer, were given back ($given_back, logged)"
 	fi
 	sale_finish
 }

@@ -42,7 +42,8 @@ sk_shard_counts_answer(const SkReply *r, SkShardCounts *out)
 	for (int i = 0; i < SK_SHARD_COUNTS_REPLIES; i++)
 		if (sk_reply_is_error(&r[i]))
 		{
-			out->refused = &r[i];
+			out->refused = r[i].str;
+			out->unreachable = sk_reply_is_unreachable(&r[i]);
 			return;
 		}
 	out->has_stock = r[0].type != REDIS_REPLY_NIL;
@@ -138,4 +139,16 @@ sk_shard_limits_send(SkPipeline *p, int64 campaign_id, int shard, int nshards, c
 	const char *argv[2 + SK_LIMIT_ARGS] = {"HSET", sk_keys_shard(campaign_id, shard, nshards, "meta")};
 
 	sk_pipeline_add(p, 2 + sk_scripts_limit_args(limits, &argv[2]), argv, NULL);
+}
+
+bool
+sk_shard_limits_answer(const SkReply *r, const char **why)
+{
+	*why = NULL;
+	if (sk_reply_is_error(r))
+	{
+		*why = r->str;
+		return false;
+	}
+	return true;
 }

@@ -29,7 +29,8 @@ extern void sk_shard_close_send(SkPipeline *p, int64 campaign_id, int shard, int
 #define SK_SHARD_COUNTS_REPLIES 3
 typedef struct SkShardCounts
 {
-	const SkReply *refused;		/* the reply of an error, or NULL */
+	const char *refused;		/* why Redis refused a read, or NULL */
+	bool		unreachable;	/* that refusal: no master for the shard's slot */
 	bool		has_stock;		/* false: the shard's hash is gone */
 	int64		stock;
 	int64		buyers;
@@ -74,8 +75,12 @@ extern SkRestockVerdict sk_restock_answer(const SkReply *r, int64 *stock, const 
 /* A shard's stock set outright (the worker sells nothing meanwhile). */
 extern void sk_shard_stock_set_send(SkPipeline *p, int64 campaign_id, int shard, int nshards, int stock);
 
-/* A shard's copy of the campaign's traffic limits. */
+/*
+ * A shard's copy of the campaign's traffic limits.  The answer: false, with
+ * why, when Redis refused it.
+ */
 extern void sk_shard_limits_send(SkPipeline *p, int64 campaign_id, int shard, int nshards,
 								 const SeckillLimits *limits);
+extern bool sk_shard_limits_answer(const SkReply *r, const char **why);
 
 #endif							/* SECKILL_CAMPAIGN_COMMANDS_H */

@@ -100,6 +100,13 @@ sk_redlock_lock_calls(const char *name, const char *owner, int lease_ms, SkScrip
 	*give = (SkScriptCall) {SK_SCRIPT_UNLOCK, 1, {key}, 1, {owner}};
 }
 
+void
+sk_lease_send(SkPipeline *p, const SkScriptCall *call)
+{
+	sk_pipeline_script(p, call->script, call->nkeys, (const char **) call->keys,
+					   call->nargs, (const char **) call->args);
+}
+
 /* 1: yes; 0 (or any other number): no; -place: in the line at that place */
 int
 sk_lease_answer(const SkReply *r, int *place, const char **why)

@@ -54,6 +54,9 @@ extern SkScriptCall sk_lock_call(SkLockStep step, SeckillLockMode mode, const ch
 extern void sk_redlock_lock_calls(const char *name, const char *owner, int lease_ms,
 								  SkScriptCall *take, SkScriptCall *give);
 
+/* A lease call (of any of the above) put into a pipeline of the caller's, on the main Redis. */
+extern void sk_lease_send(SkPipeline *p, const SkScriptCall *call);
+
 /*
  * A reply of a lease script: SK_LEASE_YES, _NO or _FAILED (why: the
  * refusal); *place, the owner's place in a fair line when the script

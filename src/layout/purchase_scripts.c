@@ -3,7 +3,7 @@
  * purchase_scripts.c
  *		lua/buy.lua, lua/take.lua and lua/compensate.lua as typed calls: the
  *		keys and arguments each script's header gives, and its replies read
- *		into answers.
+ *		into answers; the same for the journal's read and settling.
  *
  *-------------------------------------------------------------------------
  */
@@ -228,16 +228,20 @@ sk_give_back_send(SkPipeline *p, int64 campaign_id, int shard, int nshards,
 }
 
 /*
- * Whether the script ran (an error did not), and the shard's stock after
- * it in stock: negative when the script says none (the campaign is not in
- * Redis, or a newer epoch's).
+ * Whether the script ran (an error did not: why is its text), and the
+ * shard's stock after it in stock: negative when the script says none (the
+ * campaign is not in Redis, or a newer epoch's).
  */
 bool
-sk_give_back_answer(const SkReply *r, int64 *stock)
+sk_give_back_answer(const SkReply *r, int64 *stock, const char **why)
 {
 	*stock = -1;
+	*why = NULL;
 	if (sk_reply_is_error(r))
+	{
+		*why = r->str;
 		return false;
+	}
 	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2)
 		*stock = sk_reply_int(&r->element[1]);
 	return true;
@@ -267,12 +271,13 @@ sk_journal_read_answer(SkReply *replies, SkJournalEntries *out)
 	memset(out, 0, sizeof(*out));
 	if (all->type != REDIS_REPLY_ARRAY)
 	{
-		out->refused = all;
+		out->refused = all->str ? all->str : "unexpected reply";
 		return;
 	}
 	if (marks->type != REDIS_REPLY_ARRAY || marks->elements != 2)
 	{
-		out->refused = marks;
+		out->refused = marks->str ? marks->str : "unexpected reply";
+		out->epoch_refused = true;
 		return;
 	}
 	out->epoch = marks->element[0].str ? strtoll(marks->element[0].str, NULL, 10) : 0;
@@ -304,4 +309,16 @@ sk_journal_settle_send(SkPipeline *p, int64 campaign_id, int shard, int nshards,
 	for (int i = 0; i < n; i++)
 		argv[2 + i] = psprintf(INT64_FORMAT, ids[i]);
 	sk_pipeline_add(p, n + 2, argv, NULL);
+}
+
+bool
+sk_journal_settle_answer(const SkReply *r, const char **why)
+{
+	*why = NULL;
+	if (sk_reply_is_error(r))
+	{
+		*why = r->str;
+		return false;
+	}
+	return true;
 }

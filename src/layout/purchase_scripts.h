@@ -59,7 +59,7 @@ extern void sk_take_answer(const SkReply *r, SkScriptAnswer *out);
 
 extern void sk_give_back_send(SkPipeline *p, int64 campaign_id, int shard, int nshards,
 							  int64 request_id, bool keep_buyer, const char *epoch);
-extern bool sk_give_back_answer(const SkReply *r, int64 *stock);
+extern bool sk_give_back_answer(const SkReply *r, int64 *stock, const char **why);
 
 /* A shard's journal as read: its entries, and the shard's epoch and mark. */
 typedef struct SkJournalEntries
@@ -70,12 +70,15 @@ typedef struct SkJournalEntries
 	const char **users;			/* NULL for an entry seckill did not write */
 	int64		epoch;			/* of the shard's hash; 0 when none */
 	const char *stale;			/* its take-over's mark (worker/epoch.c), or NULL */
-	const SkReply *refused;		/* the reply Redis refused a read with, or NULL */
+	const char *refused;		/* why Redis refused a read, or NULL */
+	bool		epoch_refused;	/* that read: the epoch and mark's, not the journal's */
 } SkJournalEntries;
 
 extern void sk_journal_read_send(SkPipeline *p, int64 campaign_id, int shard, int nshards);
 extern void sk_journal_read_answer(SkReply *replies, SkJournalEntries *out);
 extern void sk_journal_settle_send(SkPipeline *p, int64 campaign_id, int shard, int nshards,
 								   const int64 *ids, int n);
+/* Whether the entries were dropped; false, with why, when Redis refused. */
+extern bool sk_journal_settle_answer(const SkReply *r, const char **why);
 
 #endif							/* SECKILL_PURCHASE_SCRIPTS_H */

@@ -105,8 +105,8 @@ campaign_status(int64 id, SeckillReply *reply)
 		sk_shard_counts_answer(r, &counts);
 		if (counts.refused)
 		{
-			seckill_reply_error(reply, sk_reply_is_unreachable(counts.refused) ? SK_ERR_REDIS : SK_ERR_REDIS_REFUSED,
-								"%s", counts.refused->str);
+			seckill_reply_error(reply, counts.unreachable ? SK_ERR_REDIS : SK_ERR_REDIS_REFUSED,
+								"%s", counts.refused);
 			return;
 		}
 		stock = !counts.has_stock || stock < 0 ? -1 : stock + counts.stock;
@@ -433,16 +433,17 @@ sk_admin_limits(const SeckillRequest *request, SeckillReply *reply)
 		SkPipeline	p;
 		SkReply    *r;
 		int			nshards = Max(row.limits.shards, 1);
+		const char *why;
 
 		sk_pipeline_init(&p);
 		for (int shard = 0; shard < nshards; shard++)
 			sk_shard_limits_send(&p, id, shard, nshards, &row.limits);
 		r = sk_pipeline_exec(&p);
 		for (int shard = 0; r != NULL && shard < nshards; shard++)
-			if (sk_reply_is_error(&r[shard]))
+			if (!sk_shard_limits_answer(&r[shard], &why))
 			{
 				seckill_reply_error(reply, SK_ERR_REDIS_REFUSED,
-							   "the limits changed in PostgreSQL, but Redis refused them: %s", r[shard].str);
+							   "the limits changed in PostgreSQL, but Redis refused them: %s", why);
 				return;
 			}
 		if (r == NULL)

@@ -218,9 +218,9 @@ sk_journal_campaign_shards(int64 id)
  * redis/failover.c).
  */
 static bool
-redis_refused(const SkReply *r, const char *what)
+redis_refused(const char *what, const char *why)
 {
-	sk_redis_refused(psprintf("Redis refused %s: %s", what, r->str ? r->str : "unexpected reply"));
+	sk_redis_refused(psprintf("Redis refused %s: %s", what, why));
 	replay_due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REPLAY_RETRY_MS);
 	return false;
 }
@@ -251,8 +251,8 @@ replay_shard(int64 id, int shard, int nshards, int *committed, int *compensated)
 		return false;
 	sk_journal_read_answer(r, &j);
 	if (j.refused)
-		return redis_refused(j.refused, j.refused == &r[0] ? "reading the journal" :
-							 "reading the campaign's epoch");
+		return redis_refused(j.epoch_refused ? "reading the campaign's epoch" : "reading the journal",
+							 j.refused);
 	/* the journal of a newer primary's campaign is its own to settle */
 	if (j.epoch > strtoll(sk_epoch_arg(), NULL, 10))
 	{
@@ -304,9 +304,11 @@ replay_shard(int64 id, int shard, int nshards, int *committed, int *compensated)
 	for (int i = 0; i < j.n; i++)
 	{
 		int64		left;
+		const char *why;
 
-		if (exists[i] ? sk_reply_is_error(&r[i]) : !sk_give_back_answer(&r[i], &left))
-			return redis_refused(&r[i], "settling the journal");
+		if (exists[i] ? !sk_journal_settle_answer(&r[i], &why) :
+			!sk_give_back_answer(&r[i], &left, &why))
+			return redis_refused("settling the journal", why);
 		if (!exists[i])
 			seckill_campaign_note_stock(id, shard, left);
 	}
@@ -557,6 +559,7 @@ sk_journal_give_back(SkOrder *orders, int n)
 	for (int i = 0, r = 0; i < n; i++)
 	{
 		int64		left;
+		const char *why;
 
 		if (orders[i].outcome == SK_OK)
 			continue;
@@ -567,7 +570,7 @@ sk_journal_give_back(SkOrder *orders, int n)
 		 */
 		if (orders[i].outcome == SK_SOLD_OUT && orders[i].qty == 1)
 			seckill_campaign_note_sold_out(orders[i].campaign_id);
-		else if (sk_give_back_answer(&replies[r], &left))
+		else if (sk_give_back_answer(&replies[r], &left, &why))
 			seckill_campaign_note_stock(orders[i].campaign_id, orders[i].stock_shard, left);
 		r += orders[i].stock_shard != orders[i].home ? 2 : 1;
 	}

@@ -59,8 +59,7 @@ sk_lease_run(const SkScriptCall *calls, int n, bool on_redlock, int *result, int
 	}
 	sk_pipeline_init(&p);
 	for (int i = 0; i < n; i++)
-		sk_pipeline_script(&p, calls[i].script, calls[i].nkeys, (const char **) calls[i].keys,
-						   calls[i].nargs, (const char **) calls[i].args);
+		sk_lease_send(&p, &calls[i]);
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 	{

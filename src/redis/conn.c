@@ -4,12 +4,13 @@
  *		The connections of the worker's Redis client, and what every other
  *		file of redis/ does with them: the last error, the wait set and the
  *		waits on the sockets, a connection failing, disconnecting, dropping
- *		them all.
+ *		them all; the subscription's connection heard and read with them.
  *
- * It calls nothing of redis/ above it: what dropping the connections means
- * to the files above (seckill.redis_nodes, the subscription, the backoff)
- * and the subscription's socket in the wait set reach it as the hooks
- * sk_redis_init sets (SkConnHooks).
+ * It calls nothing of redis/ above it.  Dropping the connections marks
+ * their masters unreached in seckill.redis_nodes and closes the
+ * subscription here; the backoff after a disconnection is redis.c's, which
+ * learns of it from sk_conn_lost_at.  The subscription's messages are kept
+ * for the worker to take (pubsub.c), never acted upon within a wait.
  *
  *-------------------------------------------------------------------------
  */
@@ -24,6 +25,7 @@
 #include "utils/memutils.h"
 
 #include "redis/cluster.h"
+#include "shared/redis_nodes.h"
 
 /*
  * The index of the master being connected to while the worker connects to
@@ -69,17 +71,17 @@ int			sk_ndown = 0;
 /* Each node's entry in seckill.redis_nodes (shared/redis_nodes.h); -1: none. */
 int			sk_published[SK_MAX_NODES];
 
+/* The subscription (redis_int.h): pubsub.c opens it, conn.c hears it. */
+SkSubscription sk_sub = {.pos = -1};
+
+/*
+ * When sk_conn_disconnect last dropped the connections, 0 once redis.c has
+ * looked: it backs off from then (redis.c's connect_now).
+ */
+TimestampTz sk_conn_lost_at = 0;
+
 /* latch, postmaster death, and the sockets when connected */
 static WaitEventSet *wait_set = NULL;
-
-/* the files above (sk_redis_init) */
-static SkConnHooks hooks;
-
-void
-sk_conn_set_hooks(const SkConnHooks *set)
-{
-	hooks = *set;
-}
 
 void
 sk_conn_rebuild_wait_set(void)
@@ -92,7 +94,9 @@ sk_conn_rebuild_wait_set(void)
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	for (int i = 0; i < sk_nnodes; i++)
 		sk_nodes[i].pos = AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, sk_nodes[i].ctx->fd, NULL, NULL);
-	hooks.subscription_add_event(wait_set);
+	sk_sub.pos = -1;
+	if (sk_sub.ctx)
+		sk_sub.pos = AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, sk_sub.ctx->fd, NULL, NULL);
 }
 
 void
@@ -105,26 +109,105 @@ sk_conn_set_error(const char *fmt,...)
 	va_end(ap);
 }
 
-/* Close every connection, saying nothing. */
+/*
+ * Close the subscription, logging why when given; the caller rebuilds the
+ * wait set.  The messages kept stay for the worker to take.
+ */
+void
+sk_conn_close_subscription(const char *why)
+{
+	if (sk_sub.ctx == NULL)
+		return;
+	if (why)
+		ereport(LOG,
+				(errmsg("seckill worker dropped its subscription to Redis channel \"%s\": %s",
+						sk_sub.channel, why)));
+	sk_tls_free(sk_sub.ctx);
+	sk_sub.ctx = NULL;
+}
+
+/*
+ * Read what the subscription has and keep its messages for the worker
+ * (sk_pubsub_take); an error closes it, and the wait set is rebuilt.
+ */
+static void
+drain_subscription(void)
+{
+	void	   *raw = NULL;
+
+	if (sk_tls_read(sk_sub.ctx) == REDIS_ERR)
+	{
+		sk_conn_close_subscription(sk_sub.ctx->errstr[0] ? sk_sub.ctx->errstr : "read failed");
+		sk_conn_rebuild_wait_set();
+		return;
+	}
+	while (sk_sub.ctx != NULL && redisGetReplyFromReader(sk_sub.ctx, &raw) == REDIS_OK && raw != NULL)
+	{
+		redisReply *r = raw;
+
+		if (r->type == REDIS_REPLY_ERROR)
+		{
+			/* AUTH or SUBSCRIBE refused (an ACL without the channel) */
+			char	   *why = pstrdup(r->str);
+
+			freeReplyObject(raw);
+			sk_conn_close_subscription(why);
+			sk_conn_rebuild_wait_set();
+			return;
+		}
+		if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+			r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "message") == 0 &&
+			r->element[2]->type == REDIS_REPLY_STRING)
+		{
+			if (sk_sub.count < SK_SUB_KEPT)
+				sk_sub.messages[sk_sub.count++] = MemoryContextStrdup(TopMemoryContext, r->element[2]->str);
+			else
+				sk_sub.overflowed = true;
+		}
+		freeReplyObject(raw);	/* messages copied; the confirmations of AUTH and SUBSCRIBE */
+	}
+}
+
+/*
+ * The connections are gone: every master of seckill.redis_nodes unreached,
+ * the last error saying why.
+ */
+static void
+unpublish(void)
+{
+	SeckillRedisNodes *pub = seckill_redis_nodes;
+
+	LWLockAcquire(pub->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < pub->count; i++)
+		if (pub->node[i].connected)
+		{
+			pub->node[i].connected = false;
+			strlcpy(pub->node[i].error, sk_last_error, sizeof(pub->node[i].error));
+		}
+	LWLockRelease(pub->lock);
+}
+
+/* Close every connection and the subscription, saying nothing. */
 void
 sk_conn_drop(void)
 {
 	for (int i = 0; i < sk_nnodes; i++)
 		sk_tls_free(sk_nodes[i].ctx);
 	if (sk_connected)
-		hooks.unpublish();
+		unpublish();
 	sk_nnodes = 0;
 	sk_ndown = 0;
 	sk_connected = false;
 	sk_in_flight = false;
 	sk_cluster_map_reset();
-	hooks.subscription_close(NULL);
+	sk_conn_close_subscription(NULL);
 	sk_conn_rebuild_wait_set();
 }
 
 /*
- * Close the connections, why (when given) the error, and say so; the one
- * to a master of a Redis Cluster being reached alone goes alone, quietly.
+ * Close the connections, why (when given) the error, and say so, marking
+ * the time for redis.c's backoff (sk_conn_lost_at); the one to a master of
+ * a Redis Cluster being reached alone goes alone, quietly.
  */
 void
 sk_conn_disconnect(const char *why)
@@ -145,7 +228,7 @@ sk_conn_disconnect(const char *why)
 			(errmsg("seckill worker disconnected from Redis%s at %s:%d: %s",
 					sk_conn_cluster ? " Cluster" : "", sk_conn_host, sk_conn_port, sk_last_error)));
 	sk_conn_drop();
-	hooks.disconnected();
+	sk_conn_lost_at = GetCurrentTimestamp();
 }
 
 static SkNode *
@@ -173,7 +256,8 @@ sk_conn_fail(SkNode *node, const char *what)
  * Wait until target's socket is ready for `events`, or with no target until
  * any connection had data, read into its buffer; false at the deadline, or
  * when a connection failed (then all are closed).  Data for the other
- * connections is read as it comes, so that all masters answer at once.  The
+ * connections is read as it comes, so that all masters answer at once, and
+ * the subscription's messages are kept for the worker to take.  The
  * latch is reset when it wakes us: the caller re-checks the queue after its
  * round anyway.  Interrupts (SIGTERM) are served here.
  */
@@ -200,10 +284,11 @@ sk_conn_wait_socket(SkNode *target, uint32 events, TimestampTz deadline)
 			CHECK_FOR_INTERRUPTS();
 			continue;
 		}
-		if (hooks.subscription_at(ev.pos))
+		if (ev.pos == sk_sub.pos)
 		{
-			hooks.subscription_drain();
-			if (!hooks.subscription_at(ev.pos) && target)
+			drain_subscription();
+			/* closed, the wait set was rebuilt: target waits for events again */
+			if (ev.pos != sk_sub.pos && target)
 				ModifyWaitEvent(wait_set, target->pos, events, NULL);
 			continue;
 		}
@@ -275,9 +360,10 @@ sk_conn_read_password(void)
 }
 
 /*
- * Sleep until the latch is set or the timeout passes.  An idle connection
- * that turns readable has been closed by Redis (it sends nothing unasked):
- * notice it now rather than at the next purchase.
+ * Sleep until the latch is set, the timeout passes or the subscription
+ * brings a message (kept: the worker takes it on return).  An idle
+ * connection that turns readable has been closed by Redis (it sends
+ * nothing unasked): notice it now rather than at the next purchase.
  */
 void
 sk_conn_wait_idle(long timeout_ms)
@@ -289,8 +375,8 @@ sk_conn_wait_idle(long timeout_ms)
 		return;
 	if (ev.events & WL_LATCH_SET)
 		ResetLatch(MyLatch);
-	else if (hooks.subscription_at(ev.pos))
-		hooks.subscription_drain();
+	else if (ev.pos == sk_sub.pos)
+		drain_subscription();
 	else if ((ev.events & WL_SOCKET_READABLE) && (node = node_at(ev.pos)) != NULL)
 	{
 		if (sk_tls_read(node->ctx) == REDIS_ERR)

@@ -8,8 +8,9 @@
  * The table of connections, the wait set and the waits are conn.c's, the
  * opening of one connection node.c's, pipelines pipeline.c's, the masters of
  * a cluster topology.c's, the watch for a failover failover.c's, the
- * subscription pubsub.c's.  sk_redis_init hands the files below the work of
- * those above them that they need (redis_int.h).
+ * subscription pubsub.c's.  sk_redis_init hands pipeline.c topology.c's
+ * redirections (redis_int.h); a disconnection reaches the backoff here
+ * through conn.c's mark, sk_conn_lost_at.
  *
  *-------------------------------------------------------------------------
  */
@@ -42,20 +43,6 @@ static uint64 generation = 0;
 static TimestampTz next_attempt = 0;
 static int	backoff_ms = 0;
 static bool proven = false;
-static bool connecting = false;	/* in sk_redis_connect, which backs off itself */
-
-static void back_off(void);
-static void disconnected(void);
-
-/* What conn.c has the files above it do (redis_int.h). */
-static const SkConnHooks conn_hooks = {
-	.unpublish = sk_topology_unpublish,
-	.subscription_close = sk_pubsub_close,
-	.subscription_add_event = sk_pubsub_add_event,
-	.subscription_at = sk_pubsub_at,
-	.subscription_drain = sk_pubsub_drain,
-	.disconnected = disconnected,
-};
 
 /*
  * scripts[0..count-1] are the Lua sources loaded into every master, kept
@@ -66,7 +53,6 @@ static const SkConnHooks conn_hooks = {
 void
 sk_redis_init(const char *const *scripts, int count, const char *own_key_in)
 {
-	sk_conn_set_hooks(&conn_hooks);
 	sk_pipeline_set_redirect(sk_topology_redirect);
 	sk_pipeline_use_scripts(scripts, count);
 	sk_own_key = MemoryContextStrdup(TopMemoryContext, own_key_in);
@@ -106,14 +92,6 @@ void
 sk_redis_disconnect(const char *why)
 {
 	sk_conn_disconnect(why);
-}
-
-/* After a disconnection (conn.c): back off, unless connecting or proven. */
-static void
-disconnected(void)
-{
-	if (!proven && !connecting)
-		back_off();
 }
 
 /*
@@ -169,6 +147,7 @@ sk_redis_reload(void)
 	{
 		next_attempt = 0;
 		backoff_ms = 0;
+		sk_conn_lost_at = 0;
 	}
 	else if (sk_conn_cluster != seckill_redis_cluster ||
 			 strcmp(conn_sentinels, seckill_redis_sentinels) != 0 ||
@@ -219,11 +198,12 @@ remember_settings(const char *host, int port)
 	MemoryContextSwitchTo(old);
 }
 
+/* The next attempt waits longer, counted from the failure at from. */
 static void
-back_off(void)
+back_off(TimestampTz from)
 {
 	backoff_ms = backoff_ms == 0 ? 100 : Min(backoff_ms * 2, 1000);
-	next_attempt = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backoff_ms);
+	next_attempt = TimestampTzPlusMilliseconds(from, backoff_ms);
 }
 
 static void
@@ -233,7 +213,20 @@ attempt_failed(void)
 		ereport(LOG,
 				(errmsg("seckill worker cannot reach Redis: %s", sk_last_error),
 				 errhint("Purchases fail with an error until it is back; the worker retries every second.")));
-	back_off();
+	back_off(GetCurrentTimestamp());
+}
+
+/*
+ * A disconnection since the last attempt (conn.c's mark): back off from its
+ * time, unless the connection had proved usable.  Those while connecting
+ * are not counted: sk_redis_connect backs off itself.
+ */
+static void
+note_disconnection(void)
+{
+	if (sk_conn_lost_at != 0 && !proven)
+		back_off(sk_conn_lost_at);
+	sk_conn_lost_at = 0;
 }
 
 /* The connection did its first work (the journal replay): it is usable. */
@@ -284,6 +277,7 @@ connect_now(void)
 {
 	if (sk_connected)
 		return true;
+	note_disconnection();
 	if (GetCurrentTimestamp() < next_attempt)
 		return false;
 
@@ -309,7 +303,6 @@ connect_now(void)
 	else
 		remember_settings(seckill_redis_host, seckill_redis_port);
 	proven = false;
-	connecting = true;
 	sk_conn_cluster = seckill_redis_cluster;
 	if (!(sk_conn_cluster ? sk_topology_connect() : connect_master()))
 	{
@@ -346,13 +339,14 @@ sk_redis_connect(void)
 	PG_CATCH();
 	{
 		/* an ERROR (a cancel, a statement timeout) broke the handshake off */
-		connecting = false;
 		sk_handshaking = -1;
 		sk_conn_drop();
+		sk_conn_lost_at = 0;
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	connecting = false;
+	/* the disconnections of the attempt: its failure backed off already */
+	sk_conn_lost_at = 0;
 	return ok;
 }
 

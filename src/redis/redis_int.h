@@ -6,11 +6,14 @@
  *		the current connection, and the calls the files make of each other.
  *
  * The files, from the bottom up: each calls only files listed before it;
- * where a lower one needs an upper one's work, the upper one has handed it
- * down (SkConnHooks, SkRedirectFn) at sk_redis_init.
+ * where pipeline.c needs topology.c's redirections, topology.c has handed
+ * them down (SkRedirectFn) at sk_redis_init.  What dropping the
+ * connections means above conn.c it does itself (seckill.redis_nodes, the
+ * subscription) or leaves a mark for (sk_conn_lost_at, redis.c's backoff).
  *
  * conn.c      the table of connections, the last error, the wait set and
- *             the waits on the sockets, a connection failing, disconnecting
+ *             the waits on the sockets, a connection failing, disconnecting;
+ *             the subscription's socket heard, its messages kept
  * reply.c     the replies copied out of hiredis, and what they say
  * failover.c  is the node still the master: its replies, the sentinels
  * pipeline.c  pipelines out to every master and their replies back,
@@ -19,7 +22,7 @@
  *             checked and the scripts loaded
  * topology.c  the masters of a Redis Cluster, redirections, and the
  *             masters published to seckill.redis_nodes
- * pubsub.c    the subscription to one channel
+ * pubsub.c    the subscription to one channel opened, its messages taken
  * redis.c     the client's entry points (redis.h): connecting, backing
  *             off, reloading, watching between rounds
  *
@@ -68,23 +71,23 @@ typedef struct SkKnown
 } SkKnown;
 
 /*
- * The work of the files above conn.c that it needs when it drops the
- * connections, disconnects and waits: handed down by sk_redis_init
- * (redis.c) before any connection is made, so that conn.c calls nothing
- * above it.
+ * The subscription to one channel: a connection of its own next to the
+ * others (pubsub.c opens it), heard in the same wait set and closed with
+ * them (conn.c).  The messages read in any wait are kept here, not acted
+ * upon, until the worker takes them (sk_pubsub_take); more than
+ * SK_SUB_KEPT are not kept, and overflowed says that some were lost.
  */
-typedef struct SkConnHooks
+#define SK_SUB_KEPT 256
+
+typedef struct SkSubscription
 {
-	/* the connections are lost: seckill.redis_nodes says so (topology.c) */
-	void		(*unpublish) (void);
-	/* the subscription (pubsub.c): closed with them, heard in the wait set */
-	void		(*subscription_close) (const char *why);
-	void		(*subscription_add_event) (WaitEventSet *set);
-	bool		(*subscription_at) (int pos);
-	void		(*subscription_drain) (void);
-	/* after a disconnection: back off (redis.c) */
-	void		(*disconnected) (void);
-} SkConnHooks;
+	redisContext *ctx;			/* NULL while closed */
+	int			pos;			/* in the wait set, -1: not in it */
+	char	   *channel;		/* NULL: none asked for */
+	int			count;			/* messages kept */
+	char	   *messages[SK_SUB_KEPT];	/* in TopMemoryContext */
+	bool		overflowed;		/* more came than were kept */
+} SkSubscription;
 
 /*
  * Where a command that did not run goes next (topology.c's
@@ -108,8 +111,9 @@ extern char *sk_own_key;
 extern SkKnown sk_down[SK_MAX_NODES];
 extern int	sk_ndown;
 extern int	sk_published[SK_MAX_NODES];
+extern SkSubscription sk_sub;
+extern TimestampTz sk_conn_lost_at;
 
-extern void sk_conn_set_hooks(const SkConnHooks *set);
 extern void sk_conn_set_error(const char *fmt,...) pg_attribute_printf(1, 2);
 extern char *sk_conn_read_secret(const char *path, const char *setting);
 extern char *sk_conn_read_password(void);
@@ -120,6 +124,7 @@ extern bool sk_conn_wait_socket(SkNode *target, uint32 events, TimestampTz deadl
 extern bool sk_conn_fail(SkNode *node, const char *what);
 extern bool sk_conn_serves(const char *key);
 extern void sk_conn_wait_idle(long timeout_ms);
+extern void sk_conn_close_subscription(const char *why);
 
 /* reply.c */
 extern void sk_reply_copy(SkReply *dst, const redisReply *src);
@@ -147,16 +152,11 @@ extern bool sk_topology_connect(void);
 extern void sk_topology_forget(void);
 extern void sk_topology_report(void);
 extern void sk_topology_publish(void);
-extern void sk_topology_unpublish(void);
 extern int	sk_topology_redirect(const SkReply *r, int sent_to, bool was_asking,
 								 bool *asking, bool *reload, bool *pause);
 extern void sk_topology_watch(void);
 
 /* pubsub.c */
 extern void sk_pubsub_open(void);
-extern void sk_pubsub_close(const char *why);
-extern void sk_pubsub_drain(void);
-extern void sk_pubsub_add_event(WaitEventSet *set);
-extern bool sk_pubsub_at(int pos);
 
 #endif							/* SECKILL_REDIS_INT_H */

@@ -7,9 +7,10 @@
  *		masters and their slots as seckill.redis_nodes shows them.
  *
  * The slot arithmetic, the map and the parsing of redirections are
- * cluster.c's; the table of connections conn.c's, their opening node.c's.
- * sk_redis_init hands sk_topology_redirect to pipeline.c and
- * sk_topology_unpublish to conn.c, which call nothing above them.
+ * cluster.c's; the table of connections conn.c's, their opening node.c's,
+ * and so is marking the masters unreached when the connections are lost.
+ * sk_redis_init hands sk_topology_redirect to pipeline.c, which calls
+ * nothing above it.
  *
  *-------------------------------------------------------------------------
  */
@@ -120,22 +121,6 @@ publish_slot(int slot, int node)
 	pub->slot_node[slot] = sk_published[node];
 	if (sk_published[node] >= 0)
 		pub->node[sk_published[node]].slots++;
-	LWLockRelease(pub->lock);
-}
-
-/* The connections are gone: every master of seckill.redis_nodes unreached. */
-void
-sk_topology_unpublish(void)
-{
-	SeckillRedisNodes *pub = seckill_redis_nodes;
-
-	LWLockAcquire(pub->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < pub->count; i++)
-		if (pub->node[i].connected)
-		{
-			pub->node[i].connected = false;
-			strlcpy(pub->node[i].error, sk_last_error, sizeof(pub->node[i].error));
-		}
 	LWLockRelease(pub->lock);
 }
 

@@ -6,7 +6,8 @@
  *		is reached, how many slots it serves and how many round trips went
  *		to it; and which master serves each slot.
  *
- * The worker alone writes it (redis/topology.c), under its LWLock.
+ * The worker alone writes it (redis/topology.c; redis/conn.c marks the
+ * masters unreached when the connections are lost), under its LWLock.
  *
  *-------------------------------------------------------------------------
  */

@@ -14,9 +14,9 @@
  * the queue of pending slots; its len is also read bare, as a hint (the
  * admission of backend/buy.c, seckill.stats).  slot->mutex (call.c, a
  * spinlock per slot) all of a slot but its atomics and lock_wait.  The
- * lock waiters' wake-up (wake_waiters_locked in worker/lock_keeper.c) reads
- * latch and lock_wait bare, a hint that a waiter's backoff of 100 ms at
- * most covers; answer_wake reads latch bare off Linux, written under the
+ * lock waiters' wake-up (wake_waiters_locked and lock_released_any in
+ * worker/lock_keeper.c) reads latch and lock_wait bare, a hint that a
+ * waiter's backoff of 100 ms at most covers; answer_wake reads latch bare off Linux, written under the
  * mutex before the request was queued.  seckill_campaign_cache->lock
  * (campaign_cache.c) the campaign each entry holds (its row), and the
  * campaign_id and goods of the stats entries: the worker and
@@ -26,7 +26,8 @@
  * writer, the worker, which writes them bare.  seckill_lock_table->lock
  * (lock_table.c) the SQL callers' locks, written by both sides.
  * seckill_redis_nodes->lock (redis_nodes.c) the masters' view, written by
- * the worker alone (redis/topology.c), which reads it bare.
+ * the worker alone (redis/topology.c, and redis/conn.c when the
+ * connections are lost), which reads it bare.
  * seckill_figures->mutex (stats.c, a spinlock) since and base[].
  * SeckillShared's plain fields have one writer, the worker; backends read
  * them bare.  seckill keeps no condition variable.
@@ -44,11 +45,13 @@
  * LWLock is held for scans and copies: never across a latch wait, Redis,
  * SQL or a seckill_call.  The worker copies the lock entries due out of the
  * table, releases it, talks to Redis, then finds them again by owner; under
- * the table's lock it may ereport LOG, never ERROR.  Redis under that lock
- * would also deadlock: the subscription's callback (sk_lock_released) takes
- * it from within any Redis wait.  Backends may fail (out of memory) filling
- * a view's tuplestore under a shared lock: the abort releases it, before
- * backend/locks.c's transaction callback takes the lock table's lock.
+ * the table's lock it may ereport LOG, never ERROR.  No Redis wait takes
+ * it: the releases the subscription reads within one are kept there
+ * (redis/conn.c), and the worker wakes their waiters after the wait, from
+ * its loop (sk_lock_hear_releases in worker/lock_keeper.c).  Backends may fail (out of
+ * memory) filling a view's tuplestore under a shared lock: the abort
+ * releases it, before backend/locks.c's transaction callback takes the
+ * lock table's lock.
  *
  * The lock-free parts.  worker_idle: a caller queues its slot, then (a full
  * barrier) reads worker_latch and worker_idle and sets the latch only when

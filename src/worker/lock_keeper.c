@@ -17,6 +17,7 @@
 
 #include "layout/keys.h"
 #include "miscadmin.h"
+#include "redis/pubsub.h"
 #include "redis/redlock.h"
 #include "shared/lock_table.h"
 #include "shared/shmem.h"
@@ -702,13 +703,47 @@ sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
  * A release announced on the channel (by this cluster or another sharing
  * the Redis): wake the local waiters of that lock.
  */
-void
-sk_lock_released(const char *key)
+static void
+lock_released(const char *key)
 {
 	char	   *name = sk_keys_lock_name(key);
 
 	if (name != NULL)
 		wake_waiters(name);
+}
+
+/*
+ * Releases were announced that the subscription could not keep: any lock
+ * may have been released, so every local waiter asks again.
+ */
+static void
+lock_released_any(void)
+{
+	for (int i = 0; i < seckill_slot_count(); i++)
+		if (seckill_slots[i].lock_wait != 0 && seckill_slots[i].latch != NULL)
+			SetLatch(seckill_slots[i].latch);
+}
+
+/*
+ * The lock releases announced on the channel since the last look, by this
+ * cluster or another sharing the Redis: their local waiters are woken.  The
+ * subscription keeps them as any Redis wait reads them (redis/pubsub.c);
+ * the worker takes them after each round, between rounds and around the
+ * idle wait, which a message ends.  Too many to keep: any lock may have
+ * been released.
+ */
+void
+sk_lock_hear_releases(void)
+{
+	char	  **keys;
+	bool		overflowed;
+	int			n = sk_pubsub_take(&keys, &overflowed);
+
+	if (overflowed)
+		lock_released_any();
+	else
+		for (int i = 0; i < n; i++)
+			lock_released(keys[i]);
 }
 
 /* Work the keeper found due, copied out of the table. */

@@ -44,6 +44,7 @@
 #include "worker/dispatch.h"
 #include "worker/installation.h"
 #include "worker/journal.h"
+#include "worker/lock_keeper.h"
 #include "worker/pacing.h"
 #include "worker/purchase.h"
 #include "worker/rebuild.h"
@@ -283,6 +284,8 @@ serve_round(int nitems, int nbuys)
 		if (items[i].request.kind != SK_REQ_BUY && items[i].request.kind != SK_REQ_LOCK &&
 			items[i].request.kind != SK_REQ_UNLOCK && items[i].request.kind != SK_REQ_QUEUE_JOIN)
 			sk_pacing_serve_or_hold(&items[i]);
+	/* the lock releases its Redis waits heard */
+	sk_lock_hear_releases();
 }
 
 /*

@@ -119,6 +119,7 @@ between_rounds(void)
 	/* the waiting lines: draws, admissions */
 	if (sk_waiting_room_wait() == 0)
 		sk_waiting_room_tick();
+	sk_lock_hear_releases();
 	return kept_due;
 }
 
@@ -163,15 +164,19 @@ pin_environment(void)
  * looks at the queue once more.  A lock handed back sets the latch
  * whenever it marks the lock table changed, and a Redis wait since
  * between_rounds may have consumed that wake-up: the mark is looked at too.
+ * The lock releases Redis waits heard since are served before the sleep,
+ * and those whose message ends it right after.
  */
 static void
 wait_for_requests(long timeout_ms)
 {
+	sk_lock_hear_releases();
 	pg_atomic_write_u32(&seckill_shared->worker_idle, 1);
 	pg_memory_barrier();
 	if (seckill_queue_empty() && pg_atomic_read_u32(&seckill_lock_table->changed) == 0)
 		sk_redis_wait_idle(timeout_ms);
 	pg_atomic_write_u32(&seckill_shared->worker_idle, 0);
+	sk_lock_hear_releases();
 }
 
 /* The sooner of two waits in milliseconds, -1 being none. */
@@ -351,7 +356,7 @@ seckill_worker_main(Datum main_arg)
 	sk_redis_init(sk_scripts_sources, SK_NSCRIPTS, sk_keys_prefixed("epoch"));
 	/* releases by other clusters sharing the Redis wake our lock waiters */
 	if (!sk_redlock_enabled())
-		sk_pubsub_subscribe(sk_keys_lock_channel(), sk_lock_released);
+		sk_pubsub_subscribe(sk_keys_lock_channel());
 
 	MemoryContextSwitchTo(round_cxt);
 

@@ -14,10 +14,11 @@
  * the queue of pending slots; its len is also read bare, as a hint (the
  * admission of backend/buy.c, seckill.stats).  slot->mutex (call.c, a
  * spinlock per slot) all of a slot but its atomics and lock_wait.  The
- * lock waiters' wake-up (wake_waiters_locked and lock_released_any in
- * worker/lock_keeper.c) reads latch and lock_wait bare, a hint that a
- * waiter's backoff of 100 ms at most covers; answer_wake reads latch bare off Linux, written under the
- * mutex before the request was queued.  seckill_campaign_cache->lock
+ * lock waiters' wake-up (sk_lock_wake_waiters_locked and lock_released_any
+ * in worker/lock_waiters.c) reads latch and lock_wait bare, a hint that a
+ * waiter's backoff of 100 ms at most covers; answer_wake reads latch bare
+ * off Linux, written under the mutex before the request was queued.
+ * seckill_campaign_cache->lock
  * (campaign_cache.c) the campaign each entry holds (its row), and the
  * campaign_id and goods of the stats entries: the worker and
  * reset_shared_state (backend/admin.c) write them in exclusive mode,
@@ -48,10 +49,10 @@
  * the table's lock it may ereport LOG, never ERROR.  No Redis wait takes
  * it: the releases the subscription reads within one are kept there
  * (redis/conn.c), and the worker wakes their waiters after the wait, from
- * its loop (sk_lock_hear_releases in worker/lock_keeper.c).  Backends may fail (out of
- * memory) filling a view's tuplestore under a shared lock: the abort
- * releases it, before backend/locks.c's transaction callback takes the
- * lock table's lock.
+ * its loop (sk_lock_hear_releases in worker/lock_waiters.c).  Backends may
+ * fail (out of memory) filling a view's tuplestore under a shared lock: the
+ * abort releases it, before backend/locks.c's transaction callback takes
+ * the lock table's lock.
  *
  * The lock-free parts.  worker_idle: a caller queues its slot, then (a full
  * barrier) reads worker_latch and worker_idle and sets the latch only when

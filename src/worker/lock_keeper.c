@@ -17,7 +17,6 @@
 
 #include "layout/keys.h"
 #include "miscadmin.h"
-#include "redis/pubsub.h"
 #include "redis/redlock.h"
 #include "shared/lock_table.h"
 #include "shared/shmem.h"
@@ -28,6 +27,7 @@
 #include "worker/epoch.h"
 #include "worker/journal.h"
 #include "worker/lease.h"
+#include "worker/lock_waiters.h"
 
 /*
  * The count of Redis' losses (sk_epoch_losses), and the connection
@@ -72,60 +72,6 @@ remember_released(const SeckillLockEntry *e)
 	released_next = (released_next + 1) % SK_RELEASED_KEPT;
 }
 
-
-/*
- * Wake the backends waiting for this lock: it was just released (or a
- * waiter left its line); under locks_lock.  An exclusive lock goes to one
- * taker at a time: when no shared taker waits here, only the one that has
- * waited longest is woken, not all to find that they must wait on (the
- * others ask again within 100 ms, which keeps a fair waiter's place).  It is
- * the first in a fair line among this cluster's waiters: they stand in line
- * in the order of their first asks, which the worker sent in the order it
- * recorded them.
- */
-static void
-wake_waiters_locked(const char *name)
-{
-	uint32		h = seckill_lock_wait_hash(name);
-	int			head_pid = 0;
-	TimestampTz head_since = 0;
-	bool		exclusive = true;
-
-	for (int i = 0; i < seckill_max_locks && exclusive; i++)
-	{
-		SeckillLockEntry *e = &seckill_locks[i];
-
-		if (e->state != LOCK_WAITING || strcmp(e->name, name) != 0)
-			continue;
-		exclusive = e->mode != LOCK_SHARED;
-		if (exclusive && (head_pid == 0 || e->acquired_at < head_since))
-		{
-			head_since = e->acquired_at;
-			head_pid = e->owner_pid;
-		}
-	}
-	if (exclusive && head_pid != 0)
-	{
-		PGPROC	   *head = BackendPidGetProc(head_pid);
-
-		if (head != NULL)
-		{
-			SetLatch(&head->procLatch);
-			return;
-		}
-	}
-	for (int i = 0; i < seckill_slot_count(); i++)
-		if (seckill_slots[i].lock_wait == h && seckill_slots[i].latch != NULL)
-			SetLatch(seckill_slots[i].latch);
-}
-
-static void
-wake_waiters(const char *name)
-{
-	LWLockAcquire(seckill_lock_table->lock, LW_SHARED);
-	wake_waiters_locked(name);
-	LWLockRelease(seckill_lock_table->lock);
-}
 
 /*
  * A table entry for the request's lock, in this state (LOCK_WAITING: at this
@@ -344,7 +290,7 @@ put_back_if_lost(void)
 	/* a lock whose lost release held up its takers: they look again */
 	for (int i = 0; i < nagain; i++)
 		if (result[i] == SK_LEASE_YES)
-			wake_waiters(again[i].name);
+			sk_lock_wake_waiters(again[i].name);
 	if (n > 0 || released > 0 || failed)
 	{
 		const char *again_said = released == 0 ? "" :
@@ -464,7 +410,7 @@ drop_redlock_in_clear(void)
 				 (e->state != LOCK_FREE && BackendPidGetProc(e->owner_pid) == NULL))
 		{
 			e->state = LOCK_FREE;
-			wake_waiters_locked(e->name);
+			sk_lock_wake_waiters_locked(e->name);
 		}
 	}
 	LWLockRelease(seckill_lock_table->lock);
@@ -655,7 +601,7 @@ released(const SeckillRequest *request, SeckillReply *reply, int result, bool re
 		e->state = LOCK_FREE;
 	}
 	LWLockRelease(seckill_lock_table->lock);
-	wake_waiters(request->lock.name);
+	sk_lock_wake_waiters(request->lock.name);
 	reply->status = SK_OK;
 	reply->values[0] = result;
 }
@@ -698,53 +644,6 @@ sk_lock_release(const SeckillRequest *request, SeckillReply *reply)
 	sk_lock_release_many(&request, &reply, 1);
 }
 
-
-/*
- * A release announced on the channel (by this cluster or another sharing
- * the Redis): wake the local waiters of that lock.
- */
-static void
-lock_released(const char *key)
-{
-	char	   *name = sk_keys_lock_name(key);
-
-	if (name != NULL)
-		wake_waiters(name);
-}
-
-/*
- * Releases were announced that the subscription could not keep: any lock
- * may have been released, so every local waiter asks again.
- */
-static void
-lock_released_any(void)
-{
-	for (int i = 0; i < seckill_slot_count(); i++)
-		if (seckill_slots[i].lock_wait != 0 && seckill_slots[i].latch != NULL)
-			SetLatch(seckill_slots[i].latch);
-}
-
-/*
- * The lock releases announced on the channel since the last look, by this
- * cluster or another sharing the Redis: their local waiters are woken.  The
- * subscription keeps them as any Redis wait reads them (redis/pubsub.c);
- * the worker takes them after each round, between rounds and around the
- * idle wait, which a message ends.  Too many to keep: any lock may have
- * been released.
- */
-void
-sk_lock_hear_releases(void)
-{
-	char	  **keys;
-	bool		overflowed;
-	int			n = sk_pubsub_take(&keys, &overflowed);
-
-	if (overflowed)
-		lock_released_any();
-	else
-		for (int i = 0; i < n; i++)
-			lock_released(keys[i]);
-}
 
 /* Work the keeper found due, copied out of the table. */
 typedef struct KeeperJob
@@ -868,7 +767,7 @@ sk_lock_keeper_tick(void)
 			if (result[i] == SK_LEASE_YES)
 				remember_released(e);
 			e->state = LOCK_FREE;
-			wake_waiters_locked(jobs[i].name);
+			sk_lock_wake_waiters_locked(jobs[i].name);
 		}
 		else if (result[i] == SK_LEASE_YES)
 		{

@@ -14,7 +14,6 @@
 extern void sk_lock_release(const SeckillRequest *request, SeckillReply *reply);
 extern void sk_lock_acquire_many(const SeckillRequest *const *requests, SeckillReply *const *replies, int n);
 extern void sk_lock_release_many(const SeckillRequest *const *requests, SeckillReply *const *replies, int n);
-extern void sk_lock_hear_releases(void);
 extern void sk_lock_asked_in_vain(const SeckillRequest *const *requests, int n);
 extern long sk_lock_keeper_tick(void);
 

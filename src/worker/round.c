@@ -44,7 +44,7 @@
 #include "worker/dispatch.h"
 #include "worker/installation.h"
 #include "worker/journal.h"
-#include "worker/lock_keeper.h"
+#include "worker/lock_waiters.h"
 #include "worker/pacing.h"
 #include "worker/purchase.h"
 #include "worker/rebuild.h"

@@ -49,6 +49,7 @@
 #include "worker/journal.h"
 #include "worker/lease.h"
 #include "worker/lock_keeper.h"
+#include "worker/lock_waiters.h"
 #include "worker/pacing.h"
 #include "worker/rebuild.h"
 #include "worker/round.h"

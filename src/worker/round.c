@@ -118,13 +118,19 @@ commit_staged(void)
  * single one is small and has not waited yet; then it is committed with
  * that round's purchases (a bigger group commit costs less a purchase: one
  * transaction, one campaign row update, one WAL flush for more of them).
+ * With none staged, the reserving round's own flight was its wait: the
+ * first round of a burst is committed with the next one's flight, not
+ * after it (measured: at 8 clients, 0.95x the purchases a second when it
+ * waited too).
  */
 static void
-commit_staged_overlapped(void)
+commit_staged_overlapped(Round *reserving)
 {
 	Round	   *staged[SK_ROUNDS];
 	int			n = rounds_in(ROUND_STAGED, staged);
 
+	if (n == 0)
+		reserving->waited = true;
 	if (n == 1 && !staged[0]->waited && staged[0]->norders + staged[0]->ndups < SK_GROUP_COMMIT_MIN)
 	{
 		staged[0]->waited = true;
@@ -182,7 +188,7 @@ purchase_round(RoundItem **round_buys, int n, int64 *rebuild, int *nrebuild)
 		elog(ERROR, "seckill worker found its round %d still in stage %d", newest, (int) r->stage);
 	/* reserve, and meanwhile commit */
 	sk_purchase_reserve(r, round_buys, n);
-	commit_staged_overlapped();
+	commit_staged_overlapped(r);
 	/* receive */
 	sk_purchase_receive(r, rebuild, nrebuild);
 	/* give back, after this round's replies, so that the stock it notes is the newest */

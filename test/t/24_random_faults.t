@@ -462,21 +462,25 @@ SQL
 # 6. I7, I9: no sold_out while PostgreSQL holds unsold stock, once the
 # grace after the last fault or DBA action has passed.  A sold_out answer
 # (a call from t0 to t1) is false when nothing of the nemesis ran from t0 -
-# grace to t1, and the first sample of the monitor after t1, taken before
-# the nemesis' next action, saw stock unsold in PostgreSQL.  Only the
-# nemesis gives stock back, so stock unsold then was unsold at t1 too.
+# grace to t1, and the first sample of the monitor a second or more after
+# t1, taken before the nemesis' next action, saw stock unsold in
+# PostgreSQL.  Only the nemesis gives stock back, so stock unsold then was
+# unsold at t1 too.  (Not the first sample after t1: the last items may be
+# reserved in Redis by a round whose commit is staged for the next one's,
+# a few milliseconds, during which PostgreSQL counts them unsold though no
+# caller can have them: the sold_out answered then is true.)
 psql -Xq -v ON_ERROR_STOP=1 >/dev/null <<SQL
 CREATE TABLE rf_false_sold_out AS
 SELECT a.t0, a.t1, a.goods, a.quiet_since, a.last_action, m.unsold
 FROM rf_quiet a
-CROSS JOIN LATERAL (SELECT m.unsold FROM rf_monitor m WHERE m.goods = a.goods AND m.t0 >= a.t1
+CROSS JOIN LATERAL (SELECT m.unsold FROM rf_monitor m WHERE m.goods = a.goods AND m.t0 >= a.t1 + 1000
 	AND m.t1 < a.next_action ORDER BY m.t0 LIMIT 1) m
 WHERE a.status = 'sold_out' AND a.quiet_since < a.t0 - $grace * 1000 AND m.unsold > 0;
 SQL
 n=$(psql_val "SELECT count(*) FROM rf_false_sold_out")
 is "$n" 0 "6. no sold_out answer more than $grace s after the last fault or DBA action while PostgreSQL had unsold stock" ||
 	diag "$(psql_val "SELECT f.goods || ': ' || f.n || ' false sold_out; the latest ' || round((f.t1 - f.quiet_since) / 1000.0, 1)
-		|| ' s after the end of ' || f.last_action || ', ' || f.unsold || ' unsold in PostgreSQL; meanwhile it answered '
+		|| ' s after the end of ' || coalesce(f.last_action, 'nothing (the run had just begun)') || ', ' || f.unsold || ' unsold in PostgreSQL; meanwhile it answered '
 		|| (SELECT string_agg(status || ' ' || c, ', ') FROM (SELECT status, count(*) c FROM rf_quiet b
 			WHERE b.goods = f.goods AND b.t1 > f.quiet_since AND b.t1 <= f.t1 GROUP BY 1 ORDER BY 2 DESC) s)
 		FROM (SELECT DISTINCT ON (goods) goods, count(*) OVER (PARTITION BY goods) n, quiet_since, last_action, t1, unsold

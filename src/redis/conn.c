@@ -159,9 +159,15 @@ drain_subscription(void)
 			r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "message") == 0 &&
 			r->element[2]->type == REDIS_REPLY_STRING)
 		{
-			if (sk_sub.count < SK_SUB_KEPT)
-				sk_sub.messages[sk_sub.count++] = MemoryContextStrdup(TopMemoryContext, r->element[2]->str);
-			else
+			const char *message = r->element[2]->str;
+			bool		kept = false;
+
+			/* the same message again (a lock released twice) is kept once */
+			for (int i = 0; i < sk_sub.count && !kept; i++)
+				kept = strcmp(sk_sub.messages[i], message) == 0;
+			if (!kept && sk_sub.count < SK_SUB_KEPT)
+				sk_sub.messages[sk_sub.count++] = MemoryContextStrdup(TopMemoryContext, message);
+			else if (!kept)
 				sk_sub.overflowed = true;
 		}
 		freeReplyObject(raw);	/* messages copied; the confirmations of AUTH and SUBSCRIBE */

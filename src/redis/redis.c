@@ -351,8 +351,9 @@ sk_redis_connect(void)
 }
 
 /*
- * Sleep until the latch is set or the timeout passes, noticing an idle
- * connection that Redis closed (conn.c).
+ * Sleep until the latch is set, the timeout passes or the subscription
+ * brings a message (kept for sk_pubsub_take), noticing an idle connection
+ * that Redis closed (conn.c).
  */
 void
 sk_redis_wait_idle(long timeout_ms)

@@ -74,8 +74,9 @@ typedef struct SkKnown
  * The subscription to one channel: a connection of its own next to the
  * others (pubsub.c opens it), heard in the same wait set and closed with
  * them (conn.c).  The messages read in any wait are kept here, not acted
- * upon, until the worker takes them (sk_pubsub_take); more than
- * SK_SUB_KEPT are not kept, and overflowed says that some were lost.
+ * upon, until the worker takes them (sk_pubsub_take), each distinct one
+ * once; more than SK_SUB_KEPT are not kept, and overflowed says that some
+ * were lost.
  */
 #define SK_SUB_KEPT 256
 

@@ -12,7 +12,7 @@
  *		exactly total - sold, else it is rebuilt; and the backends'
  *		sold-out shortcut follows the stock Redis holds.
  *
- * Run between rounds, with the commit stage flushed and the settled
+ * Run between rounds, with the staged rounds committed and the settled
  * journal entries dropped, so that PostgreSQL's count and Redis' stock
  * describe the same moment: nothing else changes either meanwhile.
  *
@@ -92,7 +92,7 @@ judge(const SeckillCampaignRow *row, const SkReply *r, int64 *in_redis)
 }
 
 /*
- * The audit, when due: the caller has flushed the commit stage (the worker
+ * The audit, when due: the staged rounds are committed (the worker
  * is between rounds).
  */
 void

@@ -86,14 +86,26 @@ lock_released(const char *key)
 
 /*
  * Releases were announced that the subscription could not keep: any lock
- * may have been released, so every local waiter asks again.
+ * waited for here may have been released, so each is woken as a release
+ * wakes it (its longest waiter, or all when a shared taker waits), once.
  */
 static void
 lock_released_any(void)
 {
-	for (int i = 0; i < seckill_slot_count(); i++)
-		if (seckill_slots[i].lock_wait != 0 && seckill_slots[i].latch != NULL)
-			SetLatch(seckill_slots[i].latch);
+	LWLockAcquire(seckill_lock_table->lock, LW_SHARED);
+	for (int i = 0; i < seckill_max_locks; i++)
+	{
+		SeckillLockEntry *e = &seckill_locks[i];
+		bool		woken = false;
+
+		if (e->state != LOCK_WAITING)
+			continue;
+		for (int j = 0; j < i && !woken; j++)
+			woken = seckill_locks[j].state == LOCK_WAITING && strcmp(seckill_locks[j].name, e->name) == 0;
+		if (!woken)
+			sk_lock_wake_waiters_locked(e->name);
+	}
+	LWLockRelease(seckill_lock_table->lock);
 }
 
 /*
@@ -101,8 +113,8 @@ lock_released_any(void)
  * cluster or another sharing the Redis: their local waiters are woken.  The
  * subscription keeps them as any Redis wait reads them (redis/pubsub.c);
  * the worker takes them after each round, between rounds and around the
- * idle wait, which a message ends.  Too many to keep: any lock may have
- * been released.
+ * idle wait, which a message ends.  Too many to keep: any lock waited for
+ * may have been released.
  */
 void
 sk_lock_hear_releases(void)

@@ -274,7 +274,7 @@ sk_purchase_reserve(Round *r, RoundItem **items, int n)
 
 	Assert(r->stage == ROUND_EMPTY);
 	if (r->cxt == NULL)
-		r->cxt = AllocSetContextCreate(TopMemoryContext, "seckill round", ALLOCSET_DEFAULT_SIZES);
+		r->cxt = AllocSetContextCreate(TopMemoryContext, "seckill round of purchases", ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(r->cxt);
 	r->n = n;
 	r->items = palloc(sizeof(RoundItem) * n);
@@ -511,8 +511,8 @@ sk_purchase_give_back(Round *r)
 
 /*
  * Free the round for the next one.  After an error broke a round off, its
- * callers were answered with it, and the replay settles what Redis
- * reserved for them: their journal entries stay.
+ * callers are answered with it by the error boundary, and the replay
+ * settles what Redis reserved for them: their journal entries stay.
  */
 void
 sk_purchase_empty(Round *r)

@@ -57,7 +57,8 @@ typedef struct Round
 	SkOrder    *dup_orders;
 	RoundItem **dup_items;
 	int			ndups;
-	bool		waited;			/* its commit waited for a next round already */
+	bool		waited;			/* its commit waited for a next round already
+								 * (or it was reserved with none staged) */
 } Round;
 
 extern void sk_purchase_reserve(Round *r, RoundItem **items, int n);

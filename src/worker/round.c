@@ -6,7 +6,8 @@
  *		worker/purchase.h) that this file moves through its stages, in
  *		this order:
  *
- *		gather		the purchases are copied into a free round
+ *		gather		the purchases are taken from the queue, then copied
+ *					into a free round
  *		reserve		their pipeline is sent to Redis ... 
  *		commit		... and meanwhile the staged rounds before it are
  *					committed in one transaction, their journal entries
@@ -160,8 +161,9 @@ flush(void)
 }
 
 /*
- * After an error broke the rounds off: their callers were answered with it,
- * and the replay settles what Redis reserved for them.
+ * After an error broke the rounds off: their callers are answered with it
+ * (seckill_fail_taken_slots), and the replay settles what Redis reserved
+ * for them, and gives back what PostgreSQL refused of a committed round.
  */
 void
 sk_rounds_forget(void)
@@ -331,7 +333,8 @@ take_round(int *nbuys)
  * the next ones back to back: each round's orders commit while the next
  * round's pipeline is in Redis.  What comes between rounds (settings,
  * replays, leases, long work) waits at most OVERLAPPED_ROUNDS rounds, and
- * no longer than until.  Each round's memory is cxt, reset before the next.
+ * no longer than until.  Each round's working memory is cxt, reset before
+ * the next (a Round keeps what it holds in a context of its own).
  * False when the queue held nothing.
  */
 bool

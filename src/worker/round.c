@@ -8,7 +8,7 @@
  *
  *		gather		the purchases are taken from the queue, then copied
  *					into a free round
- *		reserve		their pipeline is sent to Redis ... 
+ *		reserve		their pipeline is sent to Redis ...
  *		commit		... and meanwhile the staged rounds before it are
  *					committed in one transaction, their journal entries
  *					settled and their callers answered

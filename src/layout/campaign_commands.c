@@ -144,11 +144,5 @@ sk_shard_limits_send(SkPipeline *p, int64 campaign_id, int shard, int nshards, c
 bool
 sk_shard_limits_answer(const SkReply *r, const char **why)
 {
-	*why = NULL;
-	if (sk_reply_is_error(r))
-	{
-		*why = r->str;
-		return false;
-	}
-	return true;
+	return !sk_reply_refused(r, why);
 }

@@ -114,12 +114,8 @@ sk_lease_answer(const SkReply *r, int *place, const char **why)
 	int64		answer;
 
 	*place = 0;
-	*why = NULL;
-	if (sk_reply_is_error(r))
-	{
-		*why = r->str;
+	if (sk_reply_refused(r, why))
 		return SK_LEASE_FAILED;
-	}
 	answer = sk_reply_int(r);
 	if (answer < 0)
 		*place = (int) -answer;

@@ -228,20 +228,16 @@ sk_give_back_send(SkPipeline *p, int64 campaign_id, int shard, int nshards,
 }
 
 /*
- * Whether the script ran (an error did not: why is its text), and the
- * shard's stock after it in stock: negative when the script says none (the
- * campaign is not in Redis, or a newer epoch's).
+ * Whether the script ran (an error did not: why, unless NULL, is its
+ * text), and the shard's stock after it in stock: negative when the script
+ * says none (the campaign is not in Redis, or a newer epoch's).
  */
 bool
 sk_give_back_answer(const SkReply *r, int64 *stock, const char **why)
 {
 	*stock = -1;
-	*why = NULL;
-	if (sk_reply_is_error(r))
-	{
-		*why = r->str;
+	if (sk_reply_refused(r, why))
 		return false;
-	}
 	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2)
 		*stock = sk_reply_int(&r->element[1]);
 	return true;
@@ -314,11 +310,5 @@ sk_journal_settle_send(SkPipeline *p, int64 campaign_id, int shard, int nshards,
 bool
 sk_journal_settle_answer(const SkReply *r, const char **why)
 {
-	*why = NULL;
-	if (sk_reply_is_error(r))
-	{
-		*why = r->str;
-		return false;
-	}
-	return true;
+	return !sk_reply_refused(r, why);
 }

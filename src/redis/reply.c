@@ -43,6 +43,17 @@ sk_reply_is_error(const SkReply *r)
 	return r->type == REDIS_REPLY_ERROR;
 }
 
+/* An error reply: true, and *why (unless why is NULL) its text; else *why NULL. */
+bool
+sk_reply_refused(const SkReply *r, const char **why)
+{
+	bool		refused = sk_reply_is_error(r);
+
+	if (why)
+		*why = refused ? r->str : NULL;
+	return refused;
+}
+
 /*
  * A redirection that still stood after the command was sent again: its slot
  * is moving between masters of a Redis Cluster, and the command did not run.

@@ -25,6 +25,7 @@ typedef struct SkReply
 } SkReply;
 
 extern bool sk_reply_is_error(const SkReply *r);
+extern bool sk_reply_refused(const SkReply *r, const char **why);
 extern bool sk_reply_is_moving(const SkReply *r);
 extern bool sk_reply_is_unreachable(const SkReply *r);
 extern long long sk_reply_int(const SkReply *r);

@@ -559,7 +559,6 @@ sk_journal_give_back(SkOrder *orders, int n)
 	for (int i = 0, r = 0; i < n; i++)
 	{
 		int64		left;
-		const char *why;
 
 		if (orders[i].outcome == SK_OK)
 			continue;
@@ -570,7 +569,7 @@ sk_journal_give_back(SkOrder *orders, int n)
 		 */
 		if (orders[i].outcome == SK_SOLD_OUT && orders[i].qty == 1)
 			seckill_campaign_note_sold_out(orders[i].campaign_id);
-		else if (sk_give_back_answer(&replies[r], &left, &why))
+		else if (sk_give_back_answer(&replies[r], &left, NULL))
 			seckill_campaign_note_stock(orders[i].campaign_id, orders[i].stock_shard, left);
 		r += orders[i].stock_shard != orders[i].home ? 2 : 1;
 	}

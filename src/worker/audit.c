@@ -29,8 +29,7 @@
 #include "worker/epoch.h"
 #include "worker/journal.h"
 #include "worker/rebuild.h"
-
-static TimestampTz audit_at = 0;
+#include "worker/worker_state.h"
 
 /* Milliseconds until the next audit is due: 0 when now, -1 when it is off (seckill.audit_interval). */
 long
@@ -41,8 +40,9 @@ sk_audit_wait(void)
 	if (seckill_audit_interval == 0)
 		return -1;
 	ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
-										 Min(audit_at, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-																				   seckill_audit_interval)));
+										 Min(sk_worker.audit.audit_at,
+											 TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+																		 seckill_audit_interval)));
 	return ms > 0 ? ms : 0;
 }
 
@@ -105,7 +105,7 @@ sk_audit(void)
 	SkReply    *r;
 	int			reply = 0;
 
-	audit_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_audit_interval);
+	sk_worker.audit.audit_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), seckill_audit_interval);
 	/* without Redis, or selling from PostgreSQL alone: the next audit, then */
 	if (seckill_shared->sales_from_database || !sk_journal_ready())
 		return;

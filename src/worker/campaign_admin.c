@@ -27,6 +27,7 @@
 #include "worker/journal.h"
 #include "worker/lease.h"
 #include "worker/rebuild.h"
+#include "worker/worker_state.h"
 
 /*
  * Orders cancelled per request by seckill_release_expired(): as many as take
@@ -35,7 +36,6 @@
  */
 #define RELEASE_BUDGET_MS 2
 #define RELEASE_MIN_BATCH 50
-static int	release_batch = RELEASE_MIN_BATCH;
 
 void
 sk_admin_close(const SeckillRequest *request, SeckillReply *reply)
@@ -321,7 +321,7 @@ sk_admin_release(const SeckillRequest *request, SeckillReply *reply)
 {
 	int64		id = request->campaign_id;
 	SkCancelled c = {0};
-	int			batch = release_batch;
+	int			batch = Max(sk_worker.campaign_admin.release_batch, RELEASE_MIN_BATCH);
 	int			n;
 	TimestampTz start = GetCurrentTimestamp();
 	int64		took;
@@ -347,8 +347,8 @@ sk_admin_release(const SeckillRequest *request, SeckillReply *reply)
 	 */
 	took = Max(GetCurrentTimestamp() - start, 1);
 	if (n == batch)
-		release_batch = Max(RELEASE_MIN_BATCH,
-							Min(10000, (batch + batch * RELEASE_BUDGET_MS * 1000 / took) / 2));
+		sk_worker.campaign_admin.release_batch =
+			Max(RELEASE_MIN_BATCH, Min(10000, (batch + batch * RELEASE_BUDGET_MS * 1000 / took) / 2));
 }
 
 /*

@@ -20,6 +20,7 @@
 #include "worker/epoch.h"
 #include "worker/purchase.h"
 #include "worker/rebuild.h"
+#include "worker/worker_state.h"
 
 /*
  * Redis is back after sales from PostgreSQL alone: every preheated campaign
@@ -29,39 +30,35 @@
  * After a failure, sales go on from PostgreSQL alone, and all campaigns are
  * rebuilt again a second later.
  */
-static bool leaving_database_mode = false;
-static uint64 failures_before_leaving;
-static TimestampTz leave_retry_at = 0;
-
 bool
 sk_database_mode_leave(void)
 {
 	List	   *rows;
 	ListCell   *lc;
 
-	if (!leaving_database_mode)
+	if (!sk_worker.database_mode.leaving_database_mode)
 	{
-		if (GetCurrentTimestamp() < leave_retry_at)
+		if (GetCurrentTimestamp() < sk_worker.database_mode.leave_retry_at)
 			return false;
 		rows = store_preheated_campaigns();
 		foreach(lc, rows)
 			sk_rebuild_request(((SeckillCampaignRow *) lfirst(lc))->id);
-		failures_before_leaving = sk_rebuild_failures();
-		leaving_database_mode = true;
+		sk_worker.database_mode.failures_before_leaving = sk_rebuild_failures();
+		sk_worker.database_mode.leaving_database_mode = true;
 		ereport(LOG,
 				(errmsg("seckill worker rebuilds %d campaign(s) from PostgreSQL before Redis sells again",
 						list_length(rows))));
 	}
-	if (sk_rebuild_failures() != failures_before_leaving)
+	if (sk_rebuild_failures() != sk_worker.database_mode.failures_before_leaving)
 	{
 		/* logged by the rebuild */
-		leaving_database_mode = false;
-		leave_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
+		sk_worker.database_mode.leaving_database_mode = false;
+		sk_worker.database_mode.leave_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
 		return false;
 	}
 	if (sk_rebuild_pending())
 		return true;
-	leaving_database_mode = false;
+	sk_worker.database_mode.leaving_database_mode = false;
 	store_begin("seckill: leave database mode");
 	store_set_database_mode(false);
 	store_commit();
@@ -95,7 +92,7 @@ sk_database_mode_serve(RoundItem **buys, int nserved)
 		 * Campaigns rebuilt so far while leaving database mode go stale
 		 * again: the next time Redis is back, all are rebuilt anew.
 		 */
-		leaving_database_mode = false;
+		sk_worker.database_mode.leaving_database_mode = false;
 		sk_purchase_from_database(buys, nserved);
 	}
 	else

@@ -21,6 +21,7 @@
 #include "worker/lease.h"
 #include "worker/lock_keeper.h"
 #include "worker/rebuild.h"
+#include "worker/worker_state.h"
 
 /* Where the work of a request kind needs Redis. */
 typedef enum KindRedis
@@ -114,12 +115,8 @@ static const RequestKind request_kinds[] = {
 	[SK_REQ_QUEUE_JOIN] = {NULL, NO_REDIS, false, false, 5},
 };
 
-/* When each kind last went over its budget unlogged, and how often since. */
-static struct
-{
-	TimestampTz logged_at;
-	int			unlogged;
-}			over_budget[lengthof(request_kinds)];
+StaticAssertDecl(lengthof(request_kinds) == SK_REQUEST_KINDS,
+				 "the worker keeps a budget's log per request kind");
 
 /*
  * A request kept purchases waiting longer than its kind's budget: say so in
@@ -129,10 +126,12 @@ static void
 note_over_budget(const SeckillRequest *request, long took_ms)
 {
 	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz *logged_at = &sk_worker.dispatch.over_budget[request->kind].logged_at;
+	int		   *unlogged = &sk_worker.dispatch.over_budget[request->kind].unlogged;
 
-	if (now < TimestampTzPlusMilliseconds(over_budget[request->kind].logged_at, 60 * 1000))
+	if (now < TimestampTzPlusMilliseconds(*logged_at, 60 * 1000))
 	{
-		over_budget[request->kind].unlogged++;
+		(*unlogged)++;
 		return;
 	}
 	ereport(LOG,
@@ -140,9 +139,9 @@ note_over_budget(const SeckillRequest *request, long took_ms)
 					took_ms, seckill_request_kind_name(request->kind), request->campaign_id,
 					request_kinds[request->kind].budget_ms),
 			 errdetail("Purchases waited meanwhile. %d more such request(s) since this was last logged.",
-					   over_budget[request->kind].unlogged)));
-	over_budget[request->kind].logged_at = now;
-	over_budget[request->kind].unlogged = 0;
+					   *unlogged)));
+	*logged_at = now;
+	*unlogged = 0;
 }
 
 /*

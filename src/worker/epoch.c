@@ -58,9 +58,7 @@
 #include "store/store.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
-
-static TimeLineID timeline = 0;
-static char epoch_arg[16];
+#include "worker/worker_state.h"
 
 /*
  * This server's promotion onto its timeline, recorded in Redis beside the
@@ -71,112 +69,48 @@ static char epoch_arg[16];
  */
 #define PROMOTION_FILE "seckill_promotion"
 #define PROMOTION_RETRY_MS 1000
-static char promotion[17] = "";
-static bool promotion_read = false;
-static TimestampTz promotion_retry_at = 0;
-static bool promotion_failed = false;
 
-/* Set when Redis records a newer epoch than ours; until the worker restarts. */
-static bool fenced = false;
-
-/*
- * A fence learned from Redis and not yet remembered in PostgreSQL; whether
- * the fence PostgreSQL remembers was read since the worker started.
- */
-static bool fence_unremembered = false;
-static bool recalled = false;
-static uint32 recalled_generation = 0;	/* install_generation it was read for */
-
-/*
- * The timeline this server last recorded as the epoch in Redis, as
- * PostgreSQL remembers it (0: never); a record not yet remembered.
- */
-static int64 recorded_here = 0;
-static bool record_unremembered = false;
-
-/*
- * Remembered as recorded before Redis was written, and not written yet:
- * this worker decided to record, so a Redis without the epoch is not one
- * that lost it (a restart forgets this: then it is, and the server waits).
- */
-static bool record_pending = false;
-
-/*
- * This server has streamed WAL to a standby (as PostgreSQL remembers it, or
- * seen since), not yet remembered; when a standby is looked for next.
- */
-static bool had_standby = false;
-static bool standby_unremembered = false;
-static TimestampTz standby_due = 0;
+/* A standby streaming from this server is looked for this often, until one is seen. */
 #define STANDBY_CHECK_MS 1000
-
-/*
- * Redis lost the epoch this server recorded, and seckill.redis_epoch_lost
- * is wait: nothing sells until claimed (seckill_epoch_claim) or promoted.
- */
-static bool lost = false;
-
-/*
- * seckill_epoch_claim(), while its request is served (its slot and sequence
- * number): dropped once answered, when it fails, or when its caller gives
- * up first (claim_holds), so that a claim nobody waits for records nothing.
- */
-static struct
-{
-	bool		on;
-	int			slot;
-	uint64		seq;
-}			claim;
-
-/*
- * How often an epoch check found that Redis lost what this server wrote
- * there, or may have (a new master): the lock keeper puts its leases back
- * each time it changes (sk_epoch_losses).
- */
-static uint32 losses = 0;
-static bool recorded_by_us = false;	/* by this worker, since it started */
-
-/* The campaigns a take-over marked stale, for the worker to rebuild. */
-static int64 *taken_over = NULL;
-static int	ntaken_over = 0;
 
 /* Our timeline, as the scripts' epoch argument. */
 const char *
 sk_epoch_arg(void)
 {
-	if (timeline == 0)
+	if (sk_worker.epoch.timeline == 0)
 	{
-		timeline = GetWALInsertionTimeLine();
-		snprintf(epoch_arg, sizeof(epoch_arg), "%u", timeline);
+		sk_worker.epoch.timeline = GetWALInsertionTimeLine();
+		snprintf(sk_worker.epoch.epoch_arg, sizeof(sk_worker.epoch.epoch_arg), "%u",
+				 sk_worker.epoch.timeline);
 	}
-	return epoch_arg;
+	return sk_worker.epoch.epoch_arg;
 }
 
 bool
 sk_epoch_fenced(void)
 {
-	return fenced;
+	return sk_worker.epoch.fenced;
 }
 
 uint32
 sk_epoch_losses(void)
 {
-	return losses;
+	return sk_worker.epoch.losses;
 }
 
 /* A script said a newer primary sells through this Redis. */
 void
 sk_epoch_fence(const char *what)
 {
-	if (fenced)
+	if (sk_worker.epoch.fenced)
 		return;
-	fenced = true;
-	fence_unremembered = true;
+	sk_worker.epoch.fenced = true;
+	sk_worker.epoch.fence_unremembered = true;
 	/* backends stop answering from their cache too */
 	seckill_shared->fenced = true;
 	ereport(WARNING,
 			(errmsg("seckill worker stops selling until it restarts: another primary sells through this Redis (%s); this server is on timeline %u",
-					what, timeline),
+					what, sk_worker.epoch.timeline),
 			 errhint("This server was the primary before a failover. Rejoin it as a standby of the new primary (pg_rewind).")));
 }
 
@@ -194,49 +128,50 @@ read_promotion(void)
 {
 	FILE	   *f;
 	unsigned int on;
-	char		id[sizeof(promotion)];
-	uint8		random[(sizeof(promotion) - 1) / 2];
+	char		id[sizeof(sk_worker.epoch.promotion)];
+	uint8		random[(sizeof(sk_worker.epoch.promotion) - 1) / 2];
 
-	promotion_read = true;
-	promotion_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), PROMOTION_RETRY_MS);
+	sk_worker.epoch.promotion_read = true;
+	sk_worker.epoch.promotion_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), PROMOTION_RETRY_MS);
 	if ((f = AllocateFile(PROMOTION_FILE, "r")) != NULL)
 	{
-		if (fscanf(f, "%u %16s", &on, id) == 2 && on == timeline && strlen(id) == sizeof(id) - 1)
-			strlcpy(promotion, id, sizeof(promotion));
+		if (fscanf(f, "%u %16s", &on, id) == 2 && on == sk_worker.epoch.timeline &&
+			strlen(id) == sizeof(id) - 1)
+			strlcpy(sk_worker.epoch.promotion, id, sizeof(sk_worker.epoch.promotion));
 		FreeFile(f);
-		if (promotion[0] != '\0')
+		if (sk_worker.epoch.promotion[0] != '\0')
 			return;
 	}
 	if (!pg_strong_random(random, sizeof(random)))
 		return;
 	id[hex_encode((const char *) random, sizeof(random), id)] = '\0';
 	if ((f = AllocateFile(PROMOTION_FILE ".tmp", "w")) == NULL ||
-		fprintf(f, "%u %s\n", timeline, id) < 0 || fflush(f) != 0 || pg_fsync(fileno(f)) != 0)
+		fprintf(f, "%u %s\n", sk_worker.epoch.timeline, id) < 0 || fflush(f) != 0 || pg_fsync(fileno(f)) != 0)
 	{
 		/* said once, until it is written */
-		ereport(promotion_failed ? DEBUG1 : WARNING,
+		ereport(sk_worker.epoch.promotion_failed ? DEBUG1 : WARNING,
 				(errcode_for_file_access(),
 				 errmsg("seckill worker does not sell: it could not write \"%s\": %m", PROMOTION_FILE ".tmp"),
 				 errdetail("Without this server's promotion id, two standbys promoted onto one timeline would both sell."),
 				 errhint("Make the data directory writable by the server's user; the worker tries again every second.")));
-		promotion_failed = true;
+		sk_worker.epoch.promotion_failed = true;
 		if (f != NULL)
 			FreeFile(f);
 		return;
 	}
 	FreeFile(f);
 	if (durable_rename(PROMOTION_FILE ".tmp", PROMOTION_FILE, WARNING) == 0)
-		strlcpy(promotion, id, sizeof(promotion));
-	if (promotion[0] != '\0' && promotion_failed)
+		strlcpy(sk_worker.epoch.promotion, id, sizeof(sk_worker.epoch.promotion));
+	if (sk_worker.epoch.promotion[0] != '\0' && sk_worker.epoch.promotion_failed)
 		ereport(LOG, (errmsg("seckill worker wrote its promotion id in \"%s\": it sells again", PROMOTION_FILE)));
-	promotion_failed = promotion[0] == '\0';
+	sk_worker.epoch.promotion_failed = sk_worker.epoch.promotion[0] == '\0';
 }
 
 /* The promotion id could not be kept: nothing sells. */
 static bool
 promotion_unkept(void)
 {
-	return promotion_read && promotion[0] == '\0';
+	return sk_worker.epoch.promotion_read && sk_worker.epoch.promotion[0] == '\0';
 }
 
 /*
@@ -284,56 +219,61 @@ void
 sk_epoch_recall(void)
 {
 	(void) sk_epoch_arg();		/* sets timeline */
-	if (!promotion_read ||
-		(promotion_unkept() && GetCurrentTimestamp() >= promotion_retry_at))
+	if (!sk_worker.epoch.promotion_read ||
+		(promotion_unkept() && GetCurrentTimestamp() >= sk_worker.epoch.promotion_retry_at))
 		read_promotion();
 	if (IsTransactionState())
 		return;					/* at the next gate */
-	if (recalled && pg_atomic_read_u32(&seckill_shared->install_generation) != recalled_generation)
+	if (sk_worker.epoch.recalled &&
+		pg_atomic_read_u32(&seckill_shared->install_generation) != sk_worker.epoch.recalled_generation)
 	{
 		/* a new installation's row: it is told what this one knew */
-		recalled = false;
-		fence_unremembered = fenced;
-		record_unremembered = recorded_here >= (int64) timeline;
-		standby_unremembered = had_standby;
+		sk_worker.epoch.recalled = false;
+		sk_worker.epoch.fence_unremembered = sk_worker.epoch.fenced;
+		sk_worker.epoch.record_unremembered =
+			sk_worker.epoch.recorded_here >= (int64) sk_worker.epoch.timeline;
+		sk_worker.epoch.standby_unremembered = sk_worker.epoch.had_standby;
 	}
-	if (!recalled)
+	if (!sk_worker.epoch.recalled)
 	{
 		int64		by = 0;
 		bool		remembered_standby = false;
 
-		recalled_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
-		recalled = store_epoch_state(&by, &recorded_here, &remembered_standby);
+		sk_worker.epoch.recalled_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
+		sk_worker.epoch.recalled = store_epoch_state(&by, &sk_worker.epoch.recorded_here,
+													 &remembered_standby);
 		/* a standby of this timeline's: not one its old primary had, in the row it inherited */
-		if (recorded_here >= (int64) timeline)
-			had_standby |= remembered_standby;
-		if (by > (int64) timeline && !fenced)
+		if (sk_worker.epoch.recorded_here >= (int64) sk_worker.epoch.timeline)
+			sk_worker.epoch.had_standby |= remembered_standby;
+		if (by > (int64) sk_worker.epoch.timeline && !sk_worker.epoch.fenced)
 		{
-			fenced = true;
+			sk_worker.epoch.fenced = true;
 			seckill_shared->fenced = true;
 			ereport(WARNING,
 					(errmsg("seckill worker does not sell: this server was fenced by timeline " INT64_FORMAT " or newer, and its own is %u",
-							by, timeline),
+							by, sk_worker.epoch.timeline),
 					 errdetail("A newer primary sold through the same Redis since a failover; seckill.worker_state remembers it, whatever Redis keeps."),
 					 errhint("Rejoin this server as a standby of the new primary (pg_rewind).")));
 		}
 	}
-	if (fence_unremembered && recalled)
+	if (sk_worker.epoch.fence_unremembered && sk_worker.epoch.recalled)
 	{
-		store_remember_fence((int64) timeline + 1);
-		fence_unremembered = false;
+		store_remember_fence((int64) sk_worker.epoch.timeline + 1);
+		sk_worker.epoch.fence_unremembered = false;
 	}
-	if (!had_standby && GetCurrentTimestamp() >= standby_due)
+	if (!sk_worker.epoch.had_standby && GetCurrentTimestamp() >= sk_worker.epoch.standby_due)
 	{
-		standby_due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), STANDBY_CHECK_MS);
-		had_standby = standby_unremembered = standby_streams();
+		sk_worker.epoch.standby_due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), STANDBY_CHECK_MS);
+		sk_worker.epoch.had_standby = sk_worker.epoch.standby_unremembered = standby_streams();
 	}
-	if ((record_unremembered || standby_unremembered) && recalled)
+	if ((sk_worker.epoch.record_unremembered || sk_worker.epoch.standby_unremembered) &&
+		sk_worker.epoch.recalled)
 	{
-		store_remember_epoch(record_unremembered ? (int64) timeline : 0, had_standby);
-		if (record_unremembered)
-			recorded_here = timeline;
-		record_unremembered = standby_unremembered = false;
+		store_remember_epoch(sk_worker.epoch.record_unremembered ? (int64) sk_worker.epoch.timeline : 0,
+							 sk_worker.epoch.had_standby);
+		if (sk_worker.epoch.record_unremembered)
+			sk_worker.epoch.recorded_here = sk_worker.epoch.timeline;
+		sk_worker.epoch.record_unremembered = sk_worker.epoch.standby_unremembered = false;
 	}
 }
 
@@ -349,9 +289,10 @@ failover_possible(void)
 		case SK_EPOCH_LOST_WAIT:
 			return "seckill.redis_epoch_lost is wait";
 		case SK_EPOCH_LOST_AUTO:
-			if (had_standby)
+			if (sk_worker.epoch.had_standby)
 				return "this server has streamed WAL to a standby on its timeline and seckill.redis_epoch_lost is auto";
-			if (timeline > 1 && recorded_here < (int64) timeline)
+			if (sk_worker.epoch.timeline > 1 &&
+				sk_worker.epoch.recorded_here < (int64) sk_worker.epoch.timeline)
 				return "this server was promoted (or recovered to a point in time) and had not recorded its timeline in Redis yet, and seckill.redis_epoch_lost is auto";
 			return NULL;
 		default:
@@ -366,7 +307,7 @@ failover_possible(void)
 bool
 sk_epoch_lost(void)
 {
-	return (lost || promotion_unkept()) && !fenced;
+	return (sk_worker.epoch.lost || promotion_unkept()) && !sk_worker.epoch.fenced;
 }
 
 /*
@@ -377,16 +318,16 @@ sk_epoch_lost(void)
 void
 sk_epoch_claim(int slot, uint64 seq)
 {
-	claim.on = true;
-	claim.slot = slot;
-	claim.seq = seq;
+	sk_worker.epoch.claim.on = true;
+	sk_worker.epoch.claim.slot = slot;
+	sk_worker.epoch.claim.seq = seq;
 }
 
 /* The claim was answered, or failed: it is dropped. */
 void
 sk_epoch_claim_drop(void)
 {
-	claim.on = false;
+	sk_worker.epoch.claim.on = false;
 }
 
 /*
@@ -397,13 +338,14 @@ sk_epoch_claim_drop(void)
 static bool
 claim_holds(void)
 {
-	if (claim.on && seckill_slot_given_up(claim.slot, claim.seq))
+	if (sk_worker.epoch.claim.on &&
+		seckill_slot_given_up(sk_worker.epoch.claim.slot, sk_worker.epoch.claim.seq))
 	{
-		claim.on = false;
+		sk_worker.epoch.claim.on = false;
 		ereport(LOG,
 				(errmsg("seckill worker drops seckill_epoch_claim(): its caller gave up (a timeout or a cancel) before the epoch was recorded, and nothing was recorded")));
 	}
-	return claim.on;
+	return sk_worker.epoch.claim.on;
 }
 
 /*
@@ -416,25 +358,25 @@ claim_holds(void)
 static bool
 lost_here(void)
 {
-	bool		was = lost;
+	bool		was = sk_worker.epoch.lost;
 	const char *why = failover_possible();
 
-	lost = why != NULL && !claim_holds() && !record_pending &&
-		(recorded_here >= (int64) timeline || timeline > 1);
-	if (lost && !was)
+	sk_worker.epoch.lost = why != NULL && !claim_holds() && !sk_worker.epoch.record_pending &&
+		(sk_worker.epoch.recorded_here >= (int64) sk_worker.epoch.timeline || sk_worker.epoch.timeline > 1);
+	if (sk_worker.epoch.lost && !was)
 		ereport(WARNING,
 				(errmsg("seckill worker does not sell: Redis has lost the epoch this server recorded there (timeline %u)",
-						timeline),
+						sk_worker.epoch.timeline),
 				 errdetail("Redis was restarted empty, flushed or failed over to a replica that missed it; a newer primary may have sold since a failover this server did not see: %s.",
 						   why),
 				 errhint("On the primary, and there only, run SELECT seckill_epoch_claim(). A server that is not the primary rejoins as a standby (pg_rewind).")));
-	return lost;
+	return sk_worker.epoch.lost;
 }
 
 void
 sk_epoch_reply_fenced(SeckillReply *reply)
 {
-	if (!fenced && promotion_unkept())
+	if (!sk_worker.epoch.fenced && promotion_unkept())
 	{
 		seckill_reply_error(reply, SK_ERR_INVALID,
 							"seckill does not sell on this server: it could not write its promotion id (\"%s\" in the data directory); see the server log",
@@ -446,13 +388,13 @@ sk_epoch_reply_fenced(SeckillReply *reply)
 		reply->status = SK_ERR_EPOCH_LOST;
 		snprintf(reply->message, sizeof(reply->message),
 				 "seckill does not sell on this server (timeline %u): Redis has lost the epoch it recorded there, and a failover it did not see is possible",
-				 timeline);
+				 sk_worker.epoch.timeline);
 		return;
 	}
 	reply->status = SK_ERR_FENCED;
 	snprintf(reply->message, sizeof(reply->message),
 			 "seckill does not sell on this server (timeline %u): another primary sells through this Redis since a failover",
-			 timeline);
+			 sk_worker.epoch.timeline);
 }
 
 /*
@@ -463,12 +405,12 @@ sk_epoch_reply_fenced(SeckillReply *reply)
 static bool
 fenced_by(int64 recorded, const char *owner)
 {
-	if (recorded > (int64) timeline)
+	if (recorded > (int64) sk_worker.epoch.timeline)
 		sk_epoch_fence(psprintf("timeline " INT64_FORMAT ", recorded in Redis", recorded));
-	else if (recorded == (int64) timeline && owner != NULL && owner[0] != '\0' &&
-			 promotion[0] != '\0' && strcmp(owner, promotion) != 0)
+	else if (recorded == (int64) sk_worker.epoch.timeline && owner != NULL && owner[0] != '\0' &&
+			 sk_worker.epoch.promotion[0] != '\0' && strcmp(owner, sk_worker.epoch.promotion) != 0)
 		sk_epoch_fence(psprintf("another promotion onto timeline %u, %s, recorded itself in Redis first; this one is %s",
-								timeline, owner, promotion));
+								sk_worker.epoch.timeline, owner, sk_worker.epoch.promotion));
 	else
 		return false;
 	sk_epoch_recall();
@@ -498,7 +440,7 @@ take_over(const char *why, const char *stale)
 	if (store_sql_outdated)
 		return false;
 	/* a claim given up on while the campaigns were read marks nothing */
-	if (claim.on && !claim_holds())
+	if (sk_worker.epoch.claim.on && !claim_holds())
 		return false;
 
 	sk_pipeline_init(&p);
@@ -544,12 +486,13 @@ take_over(const char *why, const char *stale)
 					(errmsg("seckill worker found %d item(s) of campaign " INT64_FORMAT " (\"%s\") sold in Redis without an order here: purchases answered before the take-over that this server does not have (a PostgreSQL failover lost them), or still in the journal",
 							(int) (row->total_stock - row->sold - in_redis), row->id, row->goods)));
 	}
-	if (taken_over != NULL)
-		pfree(taken_over);
-	taken_over = MemoryContextAlloc(TopMemoryContext, sizeof(int64) * (list_length(rows) + 1));
-	ntaken_over = 0;
+	if (sk_worker.epoch.taken_over != NULL)
+		pfree(sk_worker.epoch.taken_over);
+	sk_worker.epoch.taken_over = MemoryContextAlloc(TopMemoryContext,
+													sizeof(int64) * (list_length(rows) + 1));
+	sk_worker.epoch.ntaken_over = 0;
 	foreach(lc, rows)
-		taken_over[ntaken_over++] = ((SeckillCampaignRow *) lfirst(lc))->id;
+		sk_worker.epoch.taken_over[sk_worker.epoch.ntaken_over++] = ((SeckillCampaignRow *) lfirst(lc))->id;
 	ereport(LOG,
 			(errmsg("seckill worker takes this Redis over (%s): %d preheated campaign(s) are checked against PostgreSQL, and rebuilt from it where they differ, before they sell again",
 					why, list_length(rows))));
@@ -563,10 +506,10 @@ take_over(const char *why, const char *stale)
 int
 sk_epoch_stale_campaigns(const int64 **ids)
 {
-	int			n = ntaken_over;
+	int			n = sk_worker.epoch.ntaken_over;
 
-	*ids = taken_over;
-	ntaken_over = 0;
+	*ids = sk_worker.epoch.taken_over;
+	sk_worker.epoch.ntaken_over = 0;
 	return n;
 }
 
@@ -615,7 +558,7 @@ sk_epoch_check(void)
 	const char *stale = NULL;
 
 	sk_epoch_recall();
-	if (fenced || promotion_unkept())
+	if (sk_worker.epoch.fenced || promotion_unkept())
 		return false;
 	sk_pipeline_init(&p);
 	sk_epoch_read_send(&p);
@@ -626,18 +569,20 @@ sk_epoch_check(void)
 	recorded = read.recorded;
 	master = read.master;
 	/* restarted empty, flushed, failed over: whether or not it sells, it lost leases */
-	if ((recorded == 0 && (recorded_here > 0 || recorded_by_us) && !lost) ||
+	if ((recorded == 0 && (sk_worker.epoch.recorded_here > 0 || sk_worker.epoch.recorded_by_us) &&
+		 !sk_worker.epoch.lost) ||
 		(master != NULL && sk_redis_run_id()[0] != '\0' && strcmp(master, sk_redis_run_id()) != 0))
-		losses++;
+		sk_worker.epoch.losses++;
 	if (fenced_by(recorded, read.promotion) ||
 		(recorded == 0 && lost_here()))
 		return false;
-	if (recorded != 0 && recorded < (int64) timeline)
+	if (recorded != 0 && recorded < (int64) sk_worker.epoch.timeline)
 	{
-		why = psprintf("timeline %u after timeline " INT64_FORMAT ": a promoted standby", timeline, recorded);
+		why = psprintf("timeline %u after timeline " INT64_FORMAT ": a promoted standby",
+					   sk_worker.epoch.timeline, recorded);
 		stale = "promotion";
 	}
-	else if (recorded == 0 && claim.on)
+	else if (recorded == 0 && sk_worker.epoch.claim.on)
 	{
 		/* what Redis still holds is checked against PostgreSQL */
 		why = pstrdup("Redis has lost the epoch this server recorded there; seckill_epoch_claim() was run");
@@ -652,7 +597,7 @@ sk_epoch_check(void)
 	if (why != NULL && !take_over(why, stale))
 		return false;
 	/* a claim given up on meanwhile records nothing */
-	if (recorded == 0 && claim.on && !claim_holds())
+	if (recorded == 0 && sk_worker.epoch.claim.on && !claim_holds())
 		return false;
 
 	/*
@@ -660,15 +605,15 @@ sk_epoch_check(void)
 	 * crash in between leaves it knowing more, never less (a Redis that then
 	 * holds none is taken as having lost it).
 	 */
-	if (recorded_here < (int64) timeline)
+	if (sk_worker.epoch.recorded_here < (int64) sk_worker.epoch.timeline)
 	{
-		record_unremembered = record_pending = true;
+		sk_worker.epoch.record_unremembered = sk_worker.epoch.record_pending = true;
 		sk_epoch_recall();
-		if (recorded_here < (int64) timeline)
+		if (sk_worker.epoch.recorded_here < (int64) sk_worker.epoch.timeline)
 			return false;		/* in a transaction, or not installed: at the next check */
 	}
 	sk_pipeline_init(&p);
-	sk_epoch_record_send(&p, sk_epoch_arg(), sk_redis_run_id(), promotion);
+	sk_epoch_record_send(&p, sk_epoch_arg(), sk_redis_run_id(), sk_worker.epoch.promotion);
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 		return false;
@@ -680,15 +625,16 @@ sk_epoch_check(void)
 	/* another primary recorded itself meanwhile */
 	if (fenced_by(before, owner))
 		return false;
-	if (lost || claim.on)
+	if (sk_worker.epoch.lost || sk_worker.epoch.claim.on)
 		ereport(LOG,
 				(errmsg("seckill worker recorded its epoch (timeline %u) in Redis again%s",
-						timeline, claim.on ? ", as seckill_epoch_claim() asked" : "")));
-	lost = claim.on = record_pending = false;
-	recorded_by_us = true;
-	if (recorded_here != (int64) timeline)
+						sk_worker.epoch.timeline,
+						sk_worker.epoch.claim.on ? ", as seckill_epoch_claim() asked" : "")));
+	sk_worker.epoch.lost = sk_worker.epoch.claim.on = sk_worker.epoch.record_pending = false;
+	sk_worker.epoch.recorded_by_us = true;
+	if (sk_worker.epoch.recorded_here != (int64) sk_worker.epoch.timeline)
 	{
-		record_unremembered = true;
+		sk_worker.epoch.record_unremembered = true;
 		sk_epoch_recall();
 	}
 	return true;
@@ -706,14 +652,15 @@ sk_epoch_recheck(void)
 	SkPipeline	p;
 	SkReply    *r;
 
-	if (fenced)
+	if (sk_worker.epoch.fenced)
 		return false;
 	sk_pipeline_init(&p);
 	sk_epoch_get_send(&p);
 	r = sk_pipeline_exec(&p);
 	if (r == NULL)
 		return false;
-	if (!lost && !claim.on && sk_epoch_get_answer(&r[0]) == (int64) timeline)
+	if (!sk_worker.epoch.lost && !sk_worker.epoch.claim.on &&
+		sk_epoch_get_answer(&r[0]) == (int64) sk_worker.epoch.timeline)
 		return true;
 	return sk_epoch_check();
 }

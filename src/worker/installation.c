@@ -14,10 +14,7 @@
 #include "shared/shmem.h"
 #include "store/store.h"
 #include "worker/journal.h"
-
-/* The install_generation the campaign cache was loaded for. */
-static uint32 cache_generation = 0;
-static bool cache_loaded = false;
+#include "worker/worker_state.h"
 
 /* Fill the campaign cache from PostgreSQL: what backends may answer alone. */
 static void
@@ -26,7 +23,7 @@ load_campaign_cache(void)
 	List	   *rows;
 	ListCell   *lc;
 
-	cache_loaded = false;
+	sk_worker.installation.cache_loaded = false;
 	rows = store_preheated_campaigns();
 	/* what the table says: a restart during an outage remembers that Redis is stale */
 	if (!store_sql_outdated)
@@ -42,7 +39,7 @@ load_campaign_cache(void)
 							row->id, row->goods, seckill_max_campaigns),
 					 errhint("Its sales go through the worker without the sold-out shortcut; close finished campaigns or raise seckill.max_campaigns.")));
 	}
-	cache_loaded = true;
+	sk_worker.installation.cache_loaded = true;
 }
 
 /*
@@ -54,10 +51,10 @@ load_campaign_cache(void)
 bool
 sk_installation_current(void)
 {
-	if (!cache_loaded ||
-		pg_atomic_read_u32(&seckill_shared->install_generation) != cache_generation)
+	if (!sk_worker.installation.cache_loaded ||
+		pg_atomic_read_u32(&seckill_shared->install_generation) != sk_worker.installation.cache_generation)
 	{
-		cache_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
+		sk_worker.installation.cache_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
 		load_campaign_cache();
 		if (store_sql_outdated)
 			return false;
@@ -76,5 +73,5 @@ sk_installation_current(void)
 bool
 sk_installation_loaded(void)
 {
-	return cache_loaded;
+	return sk_worker.installation.cache_loaded;
 }

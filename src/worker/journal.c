@@ -26,20 +26,9 @@
 #include "utils/timestamp.h"
 #include "worker/epoch.h"
 #include "worker/lease.h"
+#include "worker/worker_state.h"
 
-/*
- * Set when Redis may hold reservations nobody has settled yet: after a failed
- * round trip, and for every new connection (Redis may have restarted from a
- * snapshot that holds old journal entries).
- */
-static bool needs_replay = true;
-static uint64 replayed_generation = 0;
-
-/* After Redis refused a replay: not before then, on the same connection. */
-static TimestampTz replay_due = 0;
-
-/* The epoch is checked at the next sk_journal_ready() (sk_journal_check_epoch). */
-static bool epoch_due = false;
+/* A replay Redis refused is tried again this much later, on the same connection. */
 #define REPLAY_RETRY_MS 1000
 
 /*
@@ -53,29 +42,22 @@ typedef struct Blocked
 	char		why[SK_MESSAGE_LEN];
 } Blocked;
 
-static Blocked *blocked = NULL;
-static int	nblocked = 0;
-static TimestampTz blocked_retry_at = 0;
-
-/* Committed orders whose journal entries Redis still holds. */
-static SkOrder *settled = NULL;	/* .home: the shard whose journal holds it */
-static int	nsettled = 0;
-static int	max_settled = 0;
-
 void
 sk_journal_init(void)
 {
 	/* up to two journal entries per purchase: home shard, and the one lending stock */
-	max_settled = 2 * seckill_slot_count();
-	settled = MemoryContextAlloc(TopMemoryContext, sizeof(SkOrder) * max_settled);
-	blocked = MemoryContextAlloc(TopMemoryContext, sizeof(Blocked) * seckill_max_campaigns);
+	sk_worker.journal.max_settled = 2 * seckill_slot_count();
+	sk_worker.journal.settled = MemoryContextAlloc(TopMemoryContext,
+												   sizeof(SkOrder) * sk_worker.journal.max_settled);
+	sk_worker.journal.blocked = MemoryContextAlloc(TopMemoryContext,
+												   sizeof(Blocked) * seckill_max_campaigns);
 }
 
 static int
 blocked_index(int64 id)
 {
-	for (int i = 0; i < nblocked; i++)
-		if (blocked[i].campaign_id == id)
+	for (int i = 0; i < sk_worker.journal.nblocked; i++)
+		if (sk_worker.journal.blocked[i].campaign_id == id)
 			return i;
 	return -1;
 }
@@ -88,16 +70,16 @@ block(int64 id, const char *why)
 
 	if (i < 0)
 	{
-		if (nblocked == seckill_max_campaigns)
+		if (sk_worker.journal.nblocked == seckill_max_campaigns)
 			return;				/* more than are preheated: left to the next full replay */
-		i = nblocked++;
-		blocked[i].campaign_id = id;
+		i = sk_worker.journal.nblocked++;
+		sk_worker.journal.blocked[i].campaign_id = id;
 		ereport(LOG,
 				(errmsg("seckill worker could not replay the journal of campaign " INT64_FORMAT ": %s", id, why),
 				 errdetail("The campaign does not sell until its replay succeeds; it is tried again every second, and the other campaigns sell meanwhile.")));
 	}
-	strlcpy(blocked[i].why, why, sizeof(blocked[i].why));
-	blocked_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REPLAY_RETRY_MS);
+	strlcpy(sk_worker.journal.blocked[i].why, why, sizeof(sk_worker.journal.blocked[i].why));
+	sk_worker.journal.blocked_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REPLAY_RETRY_MS);
 }
 
 static void
@@ -107,7 +89,7 @@ unblock(int64 id)
 
 	if (i < 0)
 		return;
-	blocked[i] = blocked[--nblocked];
+	sk_worker.journal.blocked[i] = sk_worker.journal.blocked[--sk_worker.journal.nblocked];
 	ereport(LOG, (errmsg("seckill worker replayed the journal of campaign " INT64_FORMAT ": it sells again", id)));
 }
 
@@ -115,11 +97,11 @@ unblock(int64 id)
 bool
 sk_journal_blocked(int64 id, const char **why)
 {
-	int			i = nblocked > 0 ? blocked_index(id) : -1;
+	int			i = sk_worker.journal.nblocked > 0 ? blocked_index(id) : -1;
 
 	if (i < 0)
 		return false;
-	*why = blocked[i].why;
+	*why = sk_worker.journal.blocked[i].why;
 	return true;
 }
 
@@ -129,9 +111,9 @@ sk_journal_retry_wait(void)
 {
 	long		ms;
 
-	if (nblocked == 0)
+	if (sk_worker.journal.nblocked == 0)
 		return -1;
-	ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), blocked_retry_at);
+	ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), sk_worker.journal.blocked_retry_at);
 	return ms > 0 ? ms : 0;
 }
 
@@ -140,16 +122,16 @@ void
 sk_journal_retry_blocked(void)
 {
 	int64	   *ids;
-	int			n = nblocked;
+	int			n = sk_worker.journal.nblocked;
 
-	if (n == 0 || GetCurrentTimestamp() < blocked_retry_at)
+	if (n == 0 || GetCurrentTimestamp() < sk_worker.journal.blocked_retry_at)
 		return;
-	blocked_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REPLAY_RETRY_MS);
+	sk_worker.journal.blocked_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REPLAY_RETRY_MS);
 	if (!sk_journal_ready())
 		return;					/* a new connection replays them all */
 	ids = palloc(sizeof(int64) * n);
 	for (int i = 0; i < n; i++)
-		ids[i] = blocked[i].campaign_id;
+		ids[i] = sk_worker.journal.blocked[i].campaign_id;
 	for (int i = 0; i < n; i++)
 	{
 		if (sk_journal_replay_campaign(ids[i], NULL, NULL))
@@ -165,34 +147,34 @@ sk_journal_retry_blocked(void)
 void
 sk_journal_lost(void)
 {
-	needs_replay = true;
+	sk_worker.journal.needs_replay = true;
 }
 
 /* Check the epoch and replay at the next sk_journal_ready(), without waiting. */
 void
 sk_journal_replay_now(void)
 {
-	needs_replay = true;
-	replay_due = 0;
+	sk_worker.journal.needs_replay = true;
+	sk_worker.journal.replay_due = 0;
 }
 
 /* Check the epoch at the next sk_journal_ready() (Redis may have lost it). */
 void
 sk_journal_check_epoch(void)
 {
-	epoch_due = true;
+	sk_worker.journal.epoch_due = true;
 }
 
 bool
 sk_journal_needs_replay(void)
 {
-	return needs_replay;
+	return sk_worker.journal.needs_replay;
 }
 
 bool
 sk_journal_has_settles(void)
 {
-	return nsettled > 0;
+	return sk_worker.journal.nsettled > 0;
 }
 
 /* The campaign's stock shards: from the cache, else from PostgreSQL. */
@@ -221,7 +203,7 @@ static bool
 redis_refused(const char *what, const char *why)
 {
 	sk_redis_refused(psprintf("Redis refused %s: %s", what, why));
-	replay_due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REPLAY_RETRY_MS);
+	sk_worker.journal.replay_due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), REPLAY_RETRY_MS);
 	return false;
 }
 
@@ -405,27 +387,28 @@ sk_journal_ready(void)
 	sk_epoch_recall();
 	if (!sk_redis_connect())
 		return false;
-	if (needs_replay || replayed_generation != sk_redis_generation())
+	if (sk_worker.journal.needs_replay || sk_worker.journal.replayed_generation != sk_redis_generation())
 	{
 		/* fenced until the worker restarts */
 		if (sk_epoch_fenced())
 			return false;
-		if (replayed_generation == sk_redis_generation() && GetCurrentTimestamp() < replay_due)
+		if (sk_worker.journal.replayed_generation == sk_redis_generation() &&
+			GetCurrentTimestamp() < sk_worker.journal.replay_due)
 			return false;
 		if (!sk_epoch_check() || !replay_all())
 		{
 			sk_journal_lost();
 			return false;
 		}
-		needs_replay = false;
-		replayed_generation = sk_redis_generation();
+		sk_worker.journal.needs_replay = false;
+		sk_worker.journal.replayed_generation = sk_redis_generation();
 		sk_redis_proven();
-		nsettled = 0;			/* the replay dropped their entries */
-		epoch_due = false;
+		sk_worker.journal.nsettled = 0; /* the replay dropped their entries */
+		sk_worker.journal.epoch_due = false;
 	}
-	else if (epoch_due)
+	else if (sk_worker.journal.epoch_due)
 	{
-		epoch_due = false;
+		sk_worker.journal.epoch_due = false;
 		if (!sk_epoch_recheck())
 		{
 			sk_journal_lost();
@@ -448,19 +431,21 @@ sk_journal_not_ready(SeckillReply *reply)
 static void
 defer_settle_in(const SkOrder *order, int shard)
 {
-	if (nsettled == max_settled && !sk_redis_in_flight())
+	SkOrder    *s;
+
+	if (sk_worker.journal.nsettled == sk_worker.journal.max_settled && !sk_redis_in_flight())
 		sk_journal_flush_settles();
-	if (nsettled == max_settled)
+	if (sk_worker.journal.nsettled == sk_worker.journal.max_settled)
 	{
 		/* Redis failed, or a pipeline is out: the replay drops them */
-		nsettled = 0;
+		sk_worker.journal.nsettled = 0;
 		sk_journal_lost();
 	}
-	settled[nsettled].campaign_id = order->campaign_id;
-	settled[nsettled].id = order->id;
-	settled[nsettled].home = shard;
-	settled[nsettled].nshards = order->nshards;
-	nsettled++;
+	s = &sk_worker.journal.settled[sk_worker.journal.nsettled++];
+	s->campaign_id = order->campaign_id;
+	s->id = order->id;
+	s->home = shard;
+	s->nshards = order->nshards;
 }
 
 /* A committed order's journal entries: in its home shard, and where its stock came from. */
@@ -476,6 +461,8 @@ sk_journal_settle(const SkOrder *order)
 int
 sk_journal_add_settles(SkPipeline *p)
 {
+	const SkOrder *settled = sk_worker.journal.settled;
+	int			nsettled = sk_worker.journal.nsettled;
 	int			ncommands = 0;
 	int64	   *ids = palloc(sizeof(int64) * Max(nsettled, 1));
 	bool	   *done = palloc0(sizeof(bool) * Max(nsettled, 1));
@@ -497,7 +484,7 @@ sk_journal_add_settles(SkPipeline *p)
 		sk_journal_settle_send(p, settled[i].campaign_id, settled[i].home, settled[i].nshards, ids, n);
 		ncommands++;
 	}
-	nsettled = 0;
+	sk_worker.journal.nsettled = 0;
 	return ncommands;
 }
 
@@ -506,7 +493,7 @@ sk_journal_flush_settles(void)
 {
 	SkPipeline	p;
 
-	if (nsettled == 0)
+	if (sk_worker.journal.nsettled == 0)
 		return;
 	sk_pipeline_init(&p);
 	sk_journal_add_settles(&p);

@@ -18,6 +18,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "worker/epoch.h"
+#include "worker/worker_state.h"
 
 struct SkLease
 {
@@ -27,7 +28,14 @@ struct SkLease
 	TimestampTz renewed;		/* when it last began */
 };
 
-static uint64 lock_counter = 0;
+/*
+ * A lease kept between the requests of one piece of work its caller sends
+ * batch by batch (sk_worker.lease.kept): the next batch resumes it instead
+ * of taking the lease anew, two round trips fewer; given back when no batch
+ * came for this long.
+ */
+#define KEPT_IDLE_MS 50
+
 
 /*
  * Run lease scripts (lock, acquire, renew, unlock), all in one pipeline, on
@@ -96,24 +104,6 @@ run_one(SkScriptCall call, bool *reached, char *why, size_t whylen)
 }
 
 /*
- * The lease the work in hand runs under, if any: renewed and fenced by the
- * calls below, and given back after an error.  Work that spans rounds (a
- * rebuild) detaches its lease between its steps.
- */
-static SkLease *held = NULL;
-
-/*
- * A lease kept between the requests of one piece of work its caller sends
- * batch by batch (a release): the next batch resumes it instead of taking
- * the lease anew, two round trips fewer.  Given back when the work ends,
- * when another lease is taken, after an error, or when no batch came for
- * KEPT_IDLE_MS.
- */
-#define KEPT_IDLE_MS 50
-static SkLease *kept = NULL;
-static TimestampTz kept_at = 0;
-
-/*
  * Take the campaign's lease, which becomes the one held.  Returns it, or
  * NULL with the reply set when another cluster holds the lease or Redis
  * failed.  The token is unique per acquisition, so a late release can never
@@ -124,11 +114,13 @@ sk_lease_take(int64 id, SeckillReply *reply)
 {
 	char	   *cluster = psprintf(UINT64_FORMAT ":", GetSystemIdentifier());
 	char	   *token = psprintf("%stl%s:%d:" INT64_FORMAT ":" UINT64_FORMAT,
-								 cluster, sk_epoch_arg(), MyProcPid, MyStartTimestamp, ++lock_counter);
+								 cluster, sk_epoch_arg(), MyProcPid, MyStartTimestamp,
+								 ++sk_worker.lease.lock_counter);
 	SkScriptCall call = sk_campaign_lease_call(SK_CAMPAIGN_LEASE_TAKE, id, token, seckill_lock_lease,
 											   cluster, sk_epoch_arg());
 	char		why[SK_MESSAGE_LEN];
 	bool		reached;
+	SkLease    *lease;
 
 	/* our own kept lease would refuse us */
 	sk_lease_give_kept();
@@ -149,13 +141,13 @@ sk_lease_take(int64 id, SeckillReply *reply)
 								id, call.keys[0]);
 			return NULL;
 	}
-	Assert(held == NULL);
-	held = MemoryContextAlloc(TopMemoryContext, sizeof(SkLease));
-	held->campaign_id = id;
-	held->token = MemoryContextStrdup(TopMemoryContext, token);
-	held->renewed = GetCurrentTimestamp();
-	held->fence = 0;
-	return held;
+	Assert(sk_worker.lease.held == NULL);
+	lease = sk_worker.lease.held = MemoryContextAlloc(TopMemoryContext, sizeof(SkLease));
+	lease->campaign_id = id;
+	lease->token = MemoryContextStrdup(TopMemoryContext, token);
+	lease->renewed = GetCurrentTimestamp();
+	lease->fence = 0;
+	return lease;
 }
 
 /*
@@ -167,6 +159,7 @@ sk_lease_take(int64 id, SeckillReply *reply)
 void
 sk_lease_keep(void)
 {
+	SkLease    *held = sk_worker.lease.held;
 	bool		reached;
 	char		why[SK_MESSAGE_LEN];
 
@@ -193,6 +186,8 @@ sk_lease_keep(void)
 void
 sk_lease_fence(void)
 {
+	SkLease    *held = sk_worker.lease.held;
+
 	Assert(held != NULL);
 	if (held->fence == 0)
 		held->fence = store_fence_token();
@@ -203,11 +198,11 @@ sk_lease_fence(void)
 void
 sk_lease_give(void)
 {
-	SkLease    *lease = held;
+	SkLease    *lease = sk_worker.lease.held;
 	bool		reached;
 	char		why[SK_MESSAGE_LEN];
 
-	held = NULL;
+	sk_worker.lease.held = NULL;
 	/* On failure the lease simply runs out. */
 	(void) run_one(sk_campaign_lease_call(SK_CAMPAIGN_LEASE_GIVE, lease->campaign_id, lease->token, 0, NULL, NULL),
 				   &reached, why, sizeof(why));
@@ -219,7 +214,7 @@ sk_lease_give(void)
 void
 sk_lease_give_if_held(void)
 {
-	if (held != NULL)
+	if (sk_worker.lease.held != NULL)
 		sk_lease_give();
 	sk_lease_give_kept();
 }
@@ -231,9 +226,9 @@ sk_lease_give_if_held(void)
 SkLease *
 sk_lease_detach(void)
 {
-	SkLease    *lease = held;
+	SkLease    *lease = sk_worker.lease.held;
 
-	held = NULL;
+	sk_worker.lease.held = NULL;
 	return lease;
 }
 
@@ -241,8 +236,8 @@ sk_lease_detach(void)
 void
 sk_lease_attach(SkLease *lease)
 {
-	Assert(held == NULL);
-	held = lease;
+	Assert(sk_worker.lease.held == NULL);
+	sk_worker.lease.held = lease;
 }
 
 /*
@@ -252,34 +247,34 @@ sk_lease_attach(SkLease *lease)
 SkLease *
 sk_lease_resume(int64 id, SeckillReply *reply)
 {
-	if (kept == NULL || kept->campaign_id != id)
+	if (sk_worker.lease.kept == NULL || sk_worker.lease.kept->campaign_id != id)
 		return sk_lease_take(id, reply);
-	Assert(held == NULL);
-	held = kept;
-	kept = NULL;
+	Assert(sk_worker.lease.held == NULL);
+	sk_worker.lease.held = sk_worker.lease.kept;
+	sk_worker.lease.kept = NULL;
 	sk_lease_keep();
-	return held;
+	return sk_worker.lease.held;
 }
 
 /* The batch is done and more are to come: keep the held lease for them. */
 void
 sk_lease_keep_for_next(void)
 {
-	Assert(held != NULL && kept == NULL);
-	kept = held;
-	held = NULL;
-	kept_at = GetCurrentTimestamp();
+	Assert(sk_worker.lease.held != NULL && sk_worker.lease.kept == NULL);
+	sk_worker.lease.kept = sk_worker.lease.held;
+	sk_worker.lease.held = NULL;
+	sk_worker.lease.kept_at = GetCurrentTimestamp();
 }
 
 /* Give back the kept lease, if any. */
 void
 sk_lease_give_kept(void)
 {
-	if (kept == NULL)
+	if (sk_worker.lease.kept == NULL)
 		return;
-	Assert(held == NULL);
-	held = kept;
-	kept = NULL;
+	Assert(sk_worker.lease.held == NULL);
+	sk_worker.lease.held = sk_worker.lease.kept;
+	sk_worker.lease.kept = NULL;
 	sk_lease_give();
 }
 
@@ -293,9 +288,9 @@ sk_lease_give_kept_if_idle(void)
 {
 	TimestampTz due;
 
-	if (kept == NULL)
+	if (sk_worker.lease.kept == NULL)
 		return -1;
-	due = TimestampTzPlusMilliseconds(kept_at, KEPT_IDLE_MS);
+	due = TimestampTzPlusMilliseconds(sk_worker.lease.kept_at, KEPT_IDLE_MS);
 	if (GetCurrentTimestamp() < due)
 		return TimestampDifferenceMilliseconds(GetCurrentTimestamp(), due);
 	sk_lease_give_kept();

@@ -23,19 +23,13 @@
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "store/store.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "worker/epoch.h"
 #include "worker/journal.h"
 #include "worker/lease.h"
 #include "worker/lock_waiters.h"
-
-/*
- * The count of Redis' losses (sk_epoch_losses), and the connection
- * (sk_redis_generation), the leases and the fair lines were last put back
- * for.
- */
-static uint32 put_back_for = 0;
-static uint64 put_back_connection = 0;
+#include "worker/worker_state.h"
 
 /*
  * The leases this worker released lately, each kept until it would have
@@ -56,20 +50,25 @@ typedef struct Released
 
 #define SK_RELEASED_KEPT 256
 
-static Released released_lately[SK_RELEASED_KEPT];
-static int	released_next = 0;
+/* At the worker's start: room for the leases released lately. */
+void
+sk_lock_keeper_init(void)
+{
+	sk_worker.lock_keeper.released_lately = MemoryContextAllocZero(TopMemoryContext,
+																   sizeof(Released) * SK_RELEASED_KEPT);
+}
 
 /* A lease just released in Redis (under the lock table's lock). */
 static void
 remember_released(const SeckillLockEntry *e)
 {
-	Released   *r = &released_lately[released_next];
+	Released   *r = &sk_worker.lock_keeper.released_lately[sk_worker.lock_keeper.released_next];
 
 	strlcpy(r->name, e->name, sizeof(r->name));
 	strlcpy(r->owner, e->owner, sizeof(r->owner));
 	r->mode = e->mode;
 	r->until = TimestampTzPlusMilliseconds(e->renewed_at, e->lease_ms);
-	released_next = (released_next + 1) % SK_RELEASED_KEPT;
+	sk_worker.lock_keeper.released_next = (sk_worker.lock_keeper.released_next + 1) % SK_RELEASED_KEPT;
 }
 
 
@@ -222,12 +221,13 @@ put_back_if_lost(void)
 	bool		failed = false;
 	char		why[SK_MESSAGE_LEN];
 
-	if ((losses == put_back_for && connection == put_back_connection) || sk_redlock_enabled())
+	if ((losses == sk_worker.lock_keeper.put_back_for &&
+		 connection == sk_worker.lock_keeper.put_back_connection) || sk_redlock_enabled())
 		return;
 	again = palloc(sizeof(Released) * SK_RELEASED_KEPT);
 	for (int i = 0; i < SK_RELEASED_KEPT; i++)
-		if (released_lately[i].until > now)
-			again[nagain++] = released_lately[i];
+		if (sk_worker.lock_keeper.released_lately[i].until > now)
+			again[nagain++] = sk_worker.lock_keeper.released_lately[i];
 	locks = palloc(sizeof(PutBack) * seckill_max_locks);
 	LWLockAcquire(seckill_lock_table->lock, LW_SHARED);
 	for (int i = 0; i < seckill_max_locks; i++)
@@ -249,8 +249,8 @@ put_back_if_lost(void)
 	LWLockRelease(seckill_lock_table->lock);
 	if (n == 0 && nagain == 0)
 	{
-		put_back_for = losses;
-		put_back_connection = connection;
+		sk_worker.lock_keeper.put_back_for = losses;
+		sk_worker.lock_keeper.put_back_connection = connection;
 		return;
 	}
 	qsort(locks, n, sizeof(PutBack), waiters_in_order);
@@ -297,7 +297,7 @@ put_back_if_lost(void)
 			psprintf(", and released again %d lease(s) whose release it had lost", released);
 		const char *refused = failed ? "; some were refused and are tried again" : "";
 
-		if (losses != put_back_for)
+		if (losses != sk_worker.lock_keeper.put_back_for)
 			ereport(LOG,
 					(errmsg("seckill worker put back %d lock lease(s) and %d place(s) in a fair line in Redis, which had lost them%s%s",
 							holders - lost, n - holders, again_said, refused)));
@@ -308,8 +308,8 @@ put_back_if_lost(void)
 	}
 	if (!failed)
 	{
-		put_back_for = losses;
-		put_back_connection = connection;
+		sk_worker.lock_keeper.put_back_for = losses;
+		sk_worker.lock_keeper.put_back_connection = connection;
 	}
 }
 
@@ -343,12 +343,12 @@ held_here_by_another(const SeckillRequest *request)
 static bool
 put_back_if_flushed(void)
 {
-	uint32		before = put_back_for;
+	uint32		before = sk_worker.lock_keeper.put_back_for;
 
 	sk_journal_check_epoch();
 	(void) sk_journal_ready();
 	put_back_if_lost();
-	return put_back_for != before;
+	return sk_worker.lock_keeper.put_back_for != before;
 }
 
 /*

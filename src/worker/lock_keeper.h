@@ -11,6 +11,7 @@
 
 #include "shared/call.h"
 
+extern void sk_lock_keeper_init(void);
 extern void sk_lock_release(const SeckillRequest *request, SeckillReply *reply);
 extern void sk_lock_acquire_many(const SeckillRequest *const *requests, SeckillReply *const *replies, int n);
 extern void sk_lock_release_many(const SeckillRequest *const *requests, SeckillReply *const *replies, int n);

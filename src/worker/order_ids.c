@@ -15,21 +15,14 @@
 #include "shared/shmem.h"
 #include "store/store.h"
 #include "worker/epoch.h"
-
-/* The block the worker owns: [next_id, last_id]. */
-static int64 next_id = 0;
-static int64 last_id = -1;
-static bool block_recorded = true;	/* false: in use, not yet recorded */
-
-/* The install_generation the block belongs to: a new one has a new sequence. */
-static uint32 seen_generation = 0;
+#include "worker/worker_state.h"
 
 static void
 forget_block(void)
 {
-	next_id = 0;
-	last_id = -1;
-	block_recorded = true;
+	sk_worker.order_ids.next_id = 0;
+	sk_worker.order_ids.last_id = -1;
+	sk_worker.order_ids.block_recorded = true;
 }
 
 /*
@@ -46,7 +39,7 @@ record_block(int64 first, int64 last)
 
 	if (highest <= 0)
 	{
-		block_recorded = highest == 0;
+		sk_worker.order_ids.block_recorded = highest == 0;
 		return true;
 	}
 	ereport(LOG,
@@ -61,31 +54,33 @@ record_block(int64 first, int64 last)
 void
 sk_order_ids_take(int64 *ids, int n)
 {
-	if (pg_atomic_read_u32(&seckill_shared->install_generation) != seen_generation)
+	if (pg_atomic_read_u32(&seckill_shared->install_generation) != sk_worker.order_ids.seen_generation)
 	{
-		seen_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
+		sk_worker.order_ids.seen_generation = pg_atomic_read_u32(&seckill_shared->install_generation);
 		forget_block();
 	}
-	if (!block_recorded && last_id >= next_id)
+	if (!sk_worker.order_ids.block_recorded &&
+		sk_worker.order_ids.last_id >= sk_worker.order_ids.next_id)
 	{
-		int64		highest = sk_epoch_record_ids(next_id, last_id);
+		int64		highest = sk_epoch_record_ids(sk_worker.order_ids.next_id,
+												  sk_worker.order_ids.last_id);
 
 		if (highest >= 0)
-			block_recorded = true;
+			sk_worker.order_ids.block_recorded = true;
 		/* handed out by another server meanwhile: the rest of it goes */
 		if (highest > 0)
 			forget_block();
 	}
-	while (last_id - next_id + 1 < n)
+	while (sk_worker.order_ids.last_id - sk_worker.order_ids.next_id + 1 < n)
 	{
 		int64		start = store_order_id_block();
 
 		if (!record_block(start, start + SK_ORDER_ID_BLOCK - 1))
 			continue;
-		if (start != last_id + 1)
-			next_id = start;
-		last_id = start + SK_ORDER_ID_BLOCK - 1;
+		if (start != sk_worker.order_ids.last_id + 1)
+			sk_worker.order_ids.next_id = start;
+		sk_worker.order_ids.last_id = start + SK_ORDER_ID_BLOCK - 1;
 	}
 	for (int i = 0; i < n; i++)
-		ids[i] = next_id++;
+		ids[i] = sk_worker.order_ids.next_id++;
 }

@@ -22,16 +22,13 @@
 #include "worker/dispatch.h"
 #include "worker/journal.h"
 #include "worker/rebuild.h"
-
-static TimestampTz long_work_at = 0;
-static bool purchases_since_long_work = false;
-static List *held_slices = NIL;
+#include "worker/worker_state.h"
 
 /* Purchases were served: long work waits for its turn. */
 void
 sk_pacing_note_purchases(void)
 {
-	purchases_since_long_work = true;
+	sk_worker.pacing.purchases_since_long_work = true;
 }
 
 static void
@@ -39,17 +36,17 @@ pace_long_work(TimestampTz begun)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
-	long_work_at = now + 4 * (now - begun);
-	purchases_since_long_work = false;
+	sk_worker.pacing.long_work_at = now + 4 * (now - begun);
+	sk_worker.pacing.purchases_since_long_work = false;
 }
 
 /* Milliseconds until long work may go on: 0 when now. */
 long
 sk_pacing_wait(void)
 {
-	if (!purchases_since_long_work)
+	if (!sk_worker.pacing.purchases_since_long_work)
 		return 0;
-	return TimestampDifferenceMilliseconds(GetCurrentTimestamp(), long_work_at);
+	return TimestampDifferenceMilliseconds(GetCurrentTimestamp(), sk_worker.pacing.long_work_at);
 }
 
 static void
@@ -74,7 +71,8 @@ sk_pacing_serve_or_hold(RoundItem *item)
 	else
 	{
 		old = MemoryContextSwitchTo(TopMemoryContext);
-		held_slices = lappend(held_slices, memcpy(palloc(sizeof(RoundItem)), item, sizeof(RoundItem)));
+		sk_worker.pacing.held_slices = lappend(sk_worker.pacing.held_slices,
+											   memcpy(palloc(sizeof(RoundItem)), item, sizeof(RoundItem)));
 		MemoryContextSwitchTo(old);
 	}
 }
@@ -83,9 +81,9 @@ sk_pacing_serve_or_hold(RoundItem *item)
 static void
 serve_held_slice(void)
 {
-	RoundItem  *item = linitial(held_slices);
+	RoundItem  *item = linitial(sk_worker.pacing.held_slices);
 
-	held_slices = list_delete_first(held_slices);
+	sk_worker.pacing.held_slices = list_delete_first(sk_worker.pacing.held_slices);
 	/* as in a round: after the purchases served before it, settled */
 	if (sk_journal_has_settles() && sk_redis_connected())
 		sk_journal_flush_settles();
@@ -97,8 +95,8 @@ serve_held_slice(void)
 void
 sk_pacing_forget(void)
 {
-	list_free_deep(held_slices);
-	held_slices = NIL;
+	list_free_deep(sk_worker.pacing.held_slices);
+	sk_worker.pacing.held_slices = NIL;
 }
 
 /*
@@ -135,14 +133,14 @@ step_rebuilds(void)
 bool
 sk_pacing_pending(void)
 {
-	return held_slices != NIL || sk_rebuild_pending();
+	return sk_worker.pacing.held_slices != NIL || sk_rebuild_pending();
 }
 
 /* The next slice of long work, its turn come: the oldest held one first. */
 void
 sk_pacing_step(void)
 {
-	if (held_slices != NIL)
+	if (sk_worker.pacing.held_slices != NIL)
 		serve_held_slice();
 	else if (sk_rebuild_pending())
 		step_rebuilds();

@@ -33,6 +33,7 @@
 #include "worker/epoch.h"
 #include "worker/journal.h"
 #include "worker/lease.h"
+#include "worker/worker_state.h"
 
 /*
  * A step's budget: purchases queued behind it wait no longer than that.
@@ -47,7 +48,6 @@
 
 /* After a failed rebuild of a campaign Redis lost: when to try again. */
 #define RETRY_MS 5000
-#define MAX_FAILED 16
 
 typedef enum RebuildPhase
 {
@@ -74,26 +74,12 @@ typedef struct Rebuild
 	List	   *deferred;		/* RoundItem *: served when it ends */
 } Rebuild;
 
-/* Queued rebuilds; the first takes the next step.  In rebuild_cxt. */
-static List *rebuilds = NIL;
-static MemoryContext rebuild_cxt = NULL;
-
-static int	page_size = PAGE_MIN;
-static uint64 failures = 0;
-
-static struct
-{
-	int64		campaign_id;
-	TimestampTz at;
-}			failed[MAX_FAILED];
-
-
 static Rebuild *
 find(int64 campaign_id)
 {
 	ListCell   *lc;
 
-	foreach(lc, rebuilds)
+	foreach(lc, sk_worker.rebuild.rebuilds)
 	{
 		Rebuild    *r = lfirst(lc);
 
@@ -117,14 +103,14 @@ sk_rebuild_request(int64 campaign_id)
 	if (find(campaign_id) != NULL)
 		return;
 	sk_journal_check_epoch();
-	if (rebuild_cxt == NULL)
-		rebuild_cxt = AllocSetContextCreate(TopMemoryContext, "seckill rebuilds",
-											ALLOCSET_DEFAULT_SIZES);
-	old = MemoryContextSwitchTo(rebuild_cxt);
+	if (sk_worker.rebuild.rebuild_cxt == NULL)
+		sk_worker.rebuild.rebuild_cxt = AllocSetContextCreate(TopMemoryContext, "seckill rebuilds",
+															  ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(sk_worker.rebuild.rebuild_cxt);
 	r = palloc0(sizeof(Rebuild));
 	r->campaign_id = campaign_id;
 	r->started = GetCurrentTimestamp();
-	rebuilds = lappend(rebuilds, r);
+	sk_worker.rebuild.rebuilds = lappend(sk_worker.rebuild.rebuilds, r);
 	MemoryContextSwitchTo(old);
 }
 
@@ -134,9 +120,9 @@ sk_rebuild_lost(int64 campaign_id)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
-	for (int i = 0; i < MAX_FAILED; i++)
-		if (failed[i].campaign_id == campaign_id &&
-			now < TimestampTzPlusMilliseconds(failed[i].at, RETRY_MS))
+	for (int i = 0; i < SK_REBUILD_FAILED_KEPT; i++)
+		if (sk_worker.rebuild.failed[i].campaign_id == campaign_id &&
+			now < TimestampTzPlusMilliseconds(sk_worker.rebuild.failed[i].at, RETRY_MS))
 			return;
 	sk_rebuild_request(campaign_id);
 }
@@ -148,33 +134,33 @@ sk_rebuild_lost(int64 campaign_id)
 void
 sk_rebuild_forget_failures(void)
 {
-	memset(failed, 0, sizeof(failed));
+	memset(sk_worker.rebuild.failed, 0, sizeof(sk_worker.rebuild.failed));
 }
 
 bool
 sk_rebuild_pending(void)
 {
-	return rebuilds != NIL;
+	return sk_worker.rebuild.rebuilds != NIL;
 }
 
 /* Is the campaign being rebuilt, or queued for it? */
 bool
 sk_rebuild_busy(int64 campaign_id)
 {
-	return rebuilds != NIL && find(campaign_id) != NULL;
+	return sk_worker.rebuild.rebuilds != NIL && find(campaign_id) != NULL;
 }
 
 /* Rebuilds failed since the worker started. */
 uint64
 sk_rebuild_failures(void)
 {
-	return failures;
+	return sk_worker.rebuild.failures;
 }
 
 static RoundItem *
 copy_item(const RoundItem *item)
 {
-	RoundItem  *copy = MemoryContextAlloc(rebuild_cxt, sizeof(RoundItem));
+	RoundItem  *copy = MemoryContextAlloc(sk_worker.rebuild.rebuild_cxt, sizeof(RoundItem));
 
 	*copy = *item;
 	return copy;
@@ -188,7 +174,7 @@ void
 sk_rebuild_wait(const RoundItem *item)
 {
 	Rebuild    *r = find(item->request.campaign_id);
-	MemoryContext old = MemoryContextSwitchTo(rebuild_cxt);
+	MemoryContext old = MemoryContextSwitchTo(sk_worker.rebuild.rebuild_cxt);
 
 	Assert(r != NULL);
 	r->waiters = lappend(r->waiters, copy_item(item));
@@ -219,7 +205,7 @@ sk_rebuild_defer(const RoundItem *item)
 	r = find(item->request.campaign_id);
 	if (r == NULL)
 		return false;
-	old = MemoryContextSwitchTo(rebuild_cxt);
+	old = MemoryContextSwitchTo(sk_worker.rebuild.rebuild_cxt);
 	r->deferred = lappend(r->deferred, copy_item(item));
 	MemoryContextSwitchTo(old);
 	return true;
@@ -315,7 +301,7 @@ start(Rebuild *r, SeckillReply *reply)
 	r->draft = strcmp(row.state, "draft") == 0;
 	r->rebuy_after_cancel = row.rebuy_after_cancel;
 	r->nshards = Max(row.limits.shards, 1);
-	r->staged = MemoryContextAllocZero(rebuild_cxt, sizeof(int64) * r->nshards);
+	r->staged = MemoryContextAllocZero(sk_worker.rebuild.rebuild_cxt, sizeof(int64) * r->nshards);
 	if (!r->draft && !sk_journal_replay_campaign(r->campaign_id, NULL, NULL))
 	{
 		sk_journal_not_ready(reply);
@@ -335,7 +321,7 @@ stage_page(Rebuild *r, SeckillReply *reply)
 	List	   *users;
 	SkPipeline	p;
 	SkReply    *replies;
-	int			limit = page_size;
+	int			limit = Max(sk_worker.rebuild.page_size, PAGE_MIN);
 	int		   *sent;
 	int			nsent;
 
@@ -383,8 +369,8 @@ stage_page(Rebuild *r, SeckillReply *reply)
 	{
 		int64		took = Max(GetCurrentTimestamp() - begun, 1);
 
-		page_size = Max(PAGE_MIN, Min(PAGE_MAX,
-									  (limit + limit * STEP_BUDGET_MS * 1000 / took) / 2));
+		sk_worker.rebuild.page_size = Max(PAGE_MIN, Min(PAGE_MAX,
+														(limit + limit * STEP_BUDGET_MS * 1000 / took) / 2));
 	}
 	sk_lease_keep();
 	return true;
@@ -544,19 +530,19 @@ finish(Rebuild *r, const SeckillReply *result)
 	{
 		int			slot = 0;
 
-		failures++;
-		for (int i = 0; i < MAX_FAILED; i++)
+		sk_worker.rebuild.failures++;
+		for (int i = 0; i < SK_REBUILD_FAILED_KEPT; i++)
 		{
-			if (failed[i].campaign_id == r->campaign_id)
+			if (sk_worker.rebuild.failed[i].campaign_id == r->campaign_id)
 			{
 				slot = i;
 				break;
 			}
-			if (failed[i].at < failed[slot].at)
+			if (sk_worker.rebuild.failed[i].at < sk_worker.rebuild.failed[slot].at)
 				slot = i;
 		}
-		failed[slot].campaign_id = r->campaign_id;
-		failed[slot].at = GetCurrentTimestamp();
+		sk_worker.rebuild.failed[slot].campaign_id = r->campaign_id;
+		sk_worker.rebuild.failed[slot].at = GetCurrentTimestamp();
 		ereport(LOG,
 				(errmsg("seckill worker could not rebuild campaign " INT64_FORMAT " in Redis: %s",
 						r->campaign_id, result->message),
@@ -566,7 +552,7 @@ finish(Rebuild *r, const SeckillReply *result)
 				 errhint("Its purchases are answered busy; the next purchase tries again after %d s, or run seckill_preheat() or seckill_reconcile().",
 						 RETRY_MS / 1000)));
 	}
-	rebuilds = list_delete_first(rebuilds);
+	sk_worker.rebuild.rebuilds = list_delete_first(sk_worker.rebuild.rebuilds);
 	list_free_deep(r->waiters);
 	list_free(r->deferred);
 	if (r->staged != NULL)
@@ -584,7 +570,7 @@ finish(Rebuild *r, const SeckillReply *result)
 List *
 sk_rebuild_step(void)
 {
-	Rebuild    *r = linitial(rebuilds);
+	Rebuild    *r = linitial(sk_worker.rebuild.rebuilds);
 	SeckillReply reply = {0};
 	bool		ended;
 
@@ -605,8 +591,8 @@ sk_rebuild_step(void)
 	if (ended)
 		return finish(r, &reply);
 	/* the next step is the next campaign's (the list, never emptied here, stays in rebuild_cxt) */
-	if (list_length(rebuilds) > 1)
-		rebuilds = lappend(list_delete_first(rebuilds), r);
+	if (list_length(sk_worker.rebuild.rebuilds) > 1)
+		sk_worker.rebuild.rebuilds = lappend(list_delete_first(sk_worker.rebuild.rebuilds), r);
 	return NIL;
 }
 
@@ -618,7 +604,7 @@ sk_rebuild_step(void)
 List *
 sk_rebuild_failed(const SeckillReply *why)
 {
-	Rebuild    *r = linitial(rebuilds);
+	Rebuild    *r = linitial(sk_worker.rebuild.rebuilds);
 
 	r->lease = NULL;
 	return finish(r, why);
@@ -635,7 +621,7 @@ sk_rebuild_abort(void)
 	SkLease    *held = sk_lease_detach();
 
 	/* every lease the rebuilds hold, and one a first step had just taken */
-	foreach(lc, rebuilds)
+	foreach(lc, sk_worker.rebuild.rebuilds)
 	{
 		Rebuild    *r = lfirst(lc);
 
@@ -650,11 +636,11 @@ sk_rebuild_abort(void)
 		sk_lease_give();
 	}
 	/* they failed: leaving database mode must start over */
-	if (rebuilds != NIL)
-		failures++;
-	rebuilds = NIL;
-	if (rebuild_cxt != NULL)
-		MemoryContextReset(rebuild_cxt);
+	if (sk_worker.rebuild.rebuilds != NIL)
+		sk_worker.rebuild.failures++;
+	sk_worker.rebuild.rebuilds = NIL;
+	if (sk_worker.rebuild.rebuild_cxt != NULL)
+		MemoryContextReset(sk_worker.rebuild.rebuild_cxt);
 }
 
 /*

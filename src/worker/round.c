@@ -50,6 +50,7 @@
 #include "worker/purchase.h"
 #include "worker/rebuild.h"
 #include "worker/waiting_room.h"
+#include "worker/worker_state.h"
 
 /* Rounds served back to back, each one's commit beside the next one's Redis stage. */
 #define OVERLAPPED_ROUNDS 16
@@ -57,26 +58,18 @@
 /* A staged round of fewer purchases than this waits for the next round's, once. */
 #define SK_GROUP_COMMIT_MIN 24
 
-/* A round's requests: allocated once, so that nothing can fail between drain and take. */
-static int *slots = NULL;
-static RoundItem *items = NULL;
-static RoundItem **buys = NULL;
-
-/*
- * The rounds of purchases, taken in turn: two staged (one of which waited)
- * and one reserving at most.  newest is the index of the last one taken;
- * the one after it is the oldest.
- */
+/* The rounds of purchases taken in turn (sk_worker.rounds): two staged, one reserving. */
 #define SK_ROUNDS 3
-static Round rounds[SK_ROUNDS];
-static int	newest = 0;
 
 void
 sk_rounds_init(void)
 {
-	slots = MemoryContextAlloc(TopMemoryContext, sizeof(int) * seckill_slot_count());
-	items = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem) * seckill_slot_count());
-	buys = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem *) * seckill_slot_count());
+	int			n = seckill_slot_count();
+
+	sk_worker.rounds.slots = MemoryContextAlloc(TopMemoryContext, sizeof(int) * n);
+	sk_worker.rounds.items = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem) * n);
+	sk_worker.rounds.buys = MemoryContextAlloc(TopMemoryContext, sizeof(RoundItem *) * n);
+	sk_worker.rounds.rounds = MemoryContextAllocZero(TopMemoryContext, sizeof(Round) * SK_ROUNDS);
 }
 
 /* The rounds in the stage, oldest first, into out: their number. */
@@ -87,7 +80,7 @@ rounds_in(RoundStage stage, Round **out)
 
 	for (int k = 1; k <= SK_ROUNDS; k++)
 	{
-		Round	   *r = &rounds[(newest + k) % SK_ROUNDS];
+		Round	   *r = &sk_worker.rounds.rounds[(sk_worker.rounds.newest + k) % SK_ROUNDS];
 
 		if (r->stage == stage)
 			out[n++] = r;
@@ -160,7 +153,7 @@ void
 sk_rounds_forget(void)
 {
 	for (int k = 0; k < SK_ROUNDS; k++)
-		sk_purchase_empty(&rounds[k]);
+		sk_purchase_empty(&sk_worker.rounds.rounds[k]);
 }
 
 /*
@@ -175,10 +168,11 @@ purchase_round(RoundItem **round_buys, int n, int64 *rebuild, int *nrebuild)
 
 	/* gather */
 	seckill_crash_if(SK_CRASH_AFTER_GATHER);
-	newest = (newest + 1) % SK_ROUNDS;
-	r = &rounds[newest];
+	sk_worker.rounds.newest = (sk_worker.rounds.newest + 1) % SK_ROUNDS;
+	r = &sk_worker.rounds.rounds[sk_worker.rounds.newest];
 	if (r->stage != ROUND_EMPTY)
-		elog(ERROR, "seckill worker found its round %d still in stage %d", newest, (int) r->stage);
+		elog(ERROR, "seckill worker found its round %d still in stage %d",
+			 sk_worker.rounds.newest, (int) r->stage);
 	/* reserve, and meanwhile commit */
 	sk_purchase_reserve(r, round_buys, n);
 	commit_staged(r);
@@ -251,6 +245,8 @@ serve_purchases(RoundItem **buys, int n)
 static void
 serve_round(int nitems, int nbuys)
 {
+	RoundItem  *items = sk_worker.rounds.items;
+
 	pg_atomic_fetch_add_u64(&seckill_figures->counters.rounds, 1);
 	if (!sk_installation_current())
 	{
@@ -266,7 +262,7 @@ serve_round(int nitems, int nbuys)
 	}
 	if (nbuys > 0)
 	{
-		serve_purchases(buys, nbuys);
+		serve_purchases(sk_worker.rounds.buys, nbuys);
 		sk_pacing_note_purchases();
 	}
 
@@ -297,6 +293,9 @@ serve_round(int nitems, int nbuys)
 static int
 take_round(int *nbuys)
 {
+	int		   *slots = sk_worker.rounds.slots;
+	RoundItem  *items = sk_worker.rounds.items;
+	RoundItem **buys = sk_worker.rounds.buys;
 	int			n,
 				nitems = 0;
 

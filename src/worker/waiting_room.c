@@ -28,6 +28,7 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
+#include "worker/worker_state.h"
 
 #define TICK_MS 200
 /* tickets read into the shared table a turn, for a line read anew */
@@ -50,17 +51,17 @@ typedef struct LinePace
 								 * again then */
 } LinePace;
 
-static LinePace *paces = NULL;
-static TimestampTz tick_due = 0;
-
 /* The pace of a campaign's line, new if need be. */
 static LinePace *
 pace_of(int64 campaign_id)
 {
+	LinePace   *paces;
 	LinePace   *free_one = NULL;
 
-	if (paces == NULL)
-		paces = MemoryContextAllocZero(TopMemoryContext, sizeof(LinePace) * seckill_max_campaigns);
+	if (sk_worker.waiting_room.paces == NULL)
+		sk_worker.waiting_room.paces = MemoryContextAllocZero(TopMemoryContext,
+															  sizeof(LinePace) * seckill_max_campaigns);
+	paces = sk_worker.waiting_room.paces;
 	for (int i = 0; i < seckill_max_campaigns; i++)
 	{
 		if (paces[i].campaign_id == campaign_id)
@@ -81,9 +82,9 @@ void
 sk_waiting_room_start(void)
 {
 	seckill_campaign_lines_unloaded();
-	if (paces != NULL)
-		memset(paces, 0, sizeof(LinePace) * seckill_max_campaigns);
-	tick_due = 0;
+	if (sk_worker.waiting_room.paces != NULL)
+		memset(sk_worker.waiting_room.paces, 0, sizeof(LinePace) * seckill_max_campaigns);
+	sk_worker.waiting_room.tick_due = 0;
 }
 
 /* Inside a transaction: the line of a cached campaign, read if need be. */
@@ -136,8 +137,6 @@ typedef struct JoinBucket
 
 #define MAX_JOIN_BUCKETS 100000
 
-static HTAB *join_buckets = NULL;
-
 static bool
 join_allowed(const SeckillCampaign *c, const char *addr, TimestampTz now)
 {
@@ -148,21 +147,23 @@ join_allowed(const SeckillCampaign *c, const char *addr, TimestampTz now)
 
 	if (limits->addr_rate <= 0 || addr[0] == '\0')
 		return true;
-	if (join_buckets != NULL && hash_get_num_entries(join_buckets) >= MAX_JOIN_BUCKETS)
+	if (sk_worker.waiting_room.join_buckets != NULL &&
+		hash_get_num_entries(sk_worker.waiting_room.join_buckets) >= MAX_JOIN_BUCKETS)
 	{
-		hash_destroy(join_buckets);
-		join_buckets = NULL;
+		hash_destroy(sk_worker.waiting_room.join_buckets);
+		sk_worker.waiting_room.join_buckets = NULL;
 	}
-	if (join_buckets == NULL)
+	if (sk_worker.waiting_room.join_buckets == NULL)
 	{
 		HASHCTL		ctl;
 
 		ctl.keysize = sizeof(key);
 		ctl.entrysize = sizeof(JoinBucket);
-		join_buckets = hash_create("seckill join buckets", 1024, &ctl, HASH_ELEM | HASH_BLOBS);
+		sk_worker.waiting_room.join_buckets = hash_create("seckill join buckets", 1024, &ctl,
+														  HASH_ELEM | HASH_BLOBS);
 	}
 	snprintf(key, sizeof(key), INT64_FORMAT " %s", c->row.id, addr);
-	b = hash_search(join_buckets, key, HASH_ENTER, &found);
+	b = hash_search(sk_worker.waiting_room.join_buckets, key, HASH_ENTER, &found);
 	if (!found)
 		b->tokens = limits->addr_burst;
 	else
@@ -462,9 +463,9 @@ sk_waiting_room_tick(void)
 
 	bool		open = false;
 
-	if (now < tick_due)
+	if (now < sk_worker.waiting_room.tick_due)
 		return;
-	tick_due = TimestampTzPlusMilliseconds(now, TICK_MS);
+	sk_worker.waiting_room.tick_due = TimestampTzPlusMilliseconds(now, TICK_MS);
 	for (int i = 0; i < seckill_max_campaigns; i++)
 		if (line_open(&seckill_campaigns[i], now))
 		{
@@ -475,8 +476,8 @@ sk_waiting_room_tick(void)
 	if (!open && seckill_tickets_used() > 0)
 	{
 		seckill_tickets_clear();
-		for (int i = 0; paces != NULL && i < seckill_max_campaigns; i++)
-			paces[i].tickets_through = 0;
+		for (int i = 0; sk_worker.waiting_room.paces != NULL && i < seckill_max_campaigns; i++)
+			sk_worker.waiting_room.paces[i].tickets_through = 0;
 	}
 }
 
@@ -495,6 +496,6 @@ sk_waiting_room_wait(void)
 			break;
 		else if (i == seckill_max_campaigns - 1 && seckill_tickets_used() == 0)
 			return -1;
-	ms = TimestampDifferenceMilliseconds(now, tick_due);
+	ms = TimestampDifferenceMilliseconds(now, sk_worker.waiting_room.tick_due);
 	return ms > 0 ? ms : 0;
 }

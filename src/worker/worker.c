@@ -12,6 +12,9 @@
  * between rounds (worker/pacing.c).  Idle, it sleeps until a request comes
  * or something is due.
  *
+ * What the worker keeps from one round to the next is one value, sk_worker
+ * (worker/worker_state.h), a part per module.
+ *
  *-------------------------------------------------------------------------
  */
 #include "seckill.h"
@@ -54,13 +57,9 @@
 #include "worker/rebuild.h"
 #include "worker/round.h"
 #include "worker/waiting_room.h"
+#include "worker/worker_state.h"
 
 PGDLLEXPORT void seckill_worker_main(Datum main_arg);
-
-static MemoryContext round_cxt = NULL;
-
-/* When the locks' watchdog is next due (lock_keeper.c). */
-static TimestampTz keeper_due = 0;
 
 static void
 worker_exit(int code, Datum arg)
@@ -101,13 +100,14 @@ between_rounds(void)
 	 * whether or not purchases sell (the epoch lost, fenced): the epoch is
 	 * checked first, so that leases Redis lost are put back, not given up.
 	 */
-	if (GetCurrentTimestamp() >= keeper_due ||
+	if (GetCurrentTimestamp() >= sk_worker.loop.keeper_due ||
 		pg_atomic_exchange_u32(&seckill_lock_table->changed, 0) != 0)
 	{
 		if (!sk_redlock_enabled())
 			(void) sk_journal_ready();
 		due = sk_lock_keeper_tick();
-		keeper_due = due < 0 ? DT_NOEND : TimestampTzPlusMilliseconds(GetCurrentTimestamp(), due);
+		sk_worker.loop.keeper_due = due < 0 ? DT_NOEND :
+			TimestampTzPlusMilliseconds(GetCurrentTimestamp(), due);
 	}
 	/* a lease kept for a caller's next batch, and the caller stopped asking */
 	kept_due = sk_lease_give_kept_if_idle();
@@ -133,8 +133,6 @@ between_rounds(void)
 static void
 pin_environment(void)
 {
-	/* remote_apply, where set, is more durable still: kept (read before the first pin) */
-	static const char *commit_level = NULL;
 	static const char *const pinned[][2] = {
 		{"search_path", ""},
 		{"default_transaction_isolation", "read committed"},
@@ -150,11 +148,16 @@ pin_environment(void)
 
 	for (int i = 0; i < lengthof(pinned); i++)
 		SetConfigOption(pinned[i][0], pinned[i][1], PGC_SUSET, PGC_S_OVERRIDE);
-	/* "ok" means committed: nothing may make a commit less durable */
-	if (commit_level == NULL)
-		commit_level = strcmp(GetConfigOption("synchronous_commit", false, false), "remote_apply") == 0 ?
+	/*
+	 * "ok" means committed: nothing may make a commit less durable;
+	 * remote_apply, where set, is more durable still: kept (read before the
+	 * first pin)
+	 */
+	if (sk_worker.loop.commit_level == NULL)
+		sk_worker.loop.commit_level =
+			strcmp(GetConfigOption("synchronous_commit", false, false), "remote_apply") == 0 ?
 			"remote_apply" : "on";
-	SetConfigOption("synchronous_commit", commit_level, PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("synchronous_commit", sk_worker.loop.commit_level, PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("lock_timeout", psprintf("%d", seckill_worker_lock_timeout),
 					PGC_SUSET, PGC_S_OVERRIDE);
 }
@@ -207,8 +210,8 @@ idle_timeout(long kept_due)
 {
 	long		due = -1;
 
-	if (keeper_due != DT_NOEND)
-		due = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), keeper_due) + 1;
+	if (sk_worker.loop.keeper_due != DT_NOEND)
+		due = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), sk_worker.loop.keeper_due) + 1;
 	if (sk_journal_needs_replay() || store_sql_outdated || seckill_shared->sales_from_database)
 		due = sooner(due, 1000);
 	due = sooner(due, just_after(kept_due));
@@ -251,35 +254,28 @@ wait_before_connecting(void)
 					seckill_database, failures + 1)));
 }
 
-/* Errors in a row: each waits longer before the next round, up to a second. */
-static int	errors_in_row = 0;
-
-/* The last error logged, so that a persistent one is logged once a minute. */
-static char last_error_logged[SK_MESSAGE_LEN];
-static TimestampTz last_error_logged_at = 0;
-static int	errors_not_logged = 0;
-
 static void
 log_round_error(const ErrorData *edata)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
-	if (strcmp(last_error_logged, edata->message) == 0 &&
-		now < TimestampTzPlusMilliseconds(last_error_logged_at, 60 * 1000))
+	if (strcmp(sk_worker.loop.last_error_logged, edata->message) == 0 &&
+		now < TimestampTzPlusMilliseconds(sk_worker.loop.last_error_logged_at, 60 * 1000))
 	{
-		errors_not_logged++;
+		sk_worker.loop.errors_not_logged++;
 		return;
 	}
 	ereport(LOG,
 			(errcode(edata->sqlerrcode),
 			 errmsg("seckill worker could not finish a round: %s", edata->message),
 			 edata->detail ? errdetail("%s", edata->detail) : 0,
-			 errors_not_logged > 0 ?
+			 sk_worker.loop.errors_not_logged > 0 ?
 			 errhint("The same error happened %d more time(s) since it was last logged; it is logged at most once a minute.",
-					 errors_not_logged) : 0));
-	strlcpy(last_error_logged, edata->message, sizeof(last_error_logged));
-	last_error_logged_at = now;
-	errors_not_logged = 0;
+					 sk_worker.loop.errors_not_logged) : 0));
+	strlcpy(sk_worker.loop.last_error_logged, edata->message,
+			sizeof(sk_worker.loop.last_error_logged));
+	sk_worker.loop.last_error_logged_at = now;
+	sk_worker.loop.errors_not_logged = 0;
 }
 
 /*
@@ -323,13 +319,14 @@ recover_from_error(void)
 	seckill_fail_taken_slots(message, edata->sqlerrcode);
 	log_round_error(edata);
 	FreeErrorData(edata);
-	MemoryContextReset(round_cxt);
-	MemoryContextSwitchTo(round_cxt);
+	MemoryContextReset(sk_worker.loop.round_cxt);
+	MemoryContextSwitchTo(sk_worker.loop.round_cxt);
 	RESUME_INTERRUPTS();
 
 	/* a persistent cause: requests fail fast meanwhile, the log stays quiet */
-	errors_in_row++;
-	pause_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), Min(10 << Min(errors_in_row, 7), 1000)));
+	sk_worker.loop.errors_in_row++;
+	pause_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+											Min(10 << Min(sk_worker.loop.errors_in_row, 7), 1000)));
 }
 
 void
@@ -348,9 +345,11 @@ seckill_worker_main(Datum main_arg)
 	seckill_shared->connect_failures = 0;
 	pin_environment();
 
-	round_cxt = AllocSetContextCreate(TopMemoryContext, "seckill round", ALLOCSET_DEFAULT_SIZES);
+	sk_worker.loop.round_cxt = AllocSetContextCreate(TopMemoryContext, "seckill round",
+													 ALLOCSET_DEFAULT_SIZES);
 	sk_rounds_init();
 	sk_journal_init();
+	sk_lock_keeper_init();
 
 	seckill_fail_taken_slots("the seckill worker restarted while it held this request", 0);
 	before_shmem_exit(worker_exit, 0);
@@ -359,7 +358,7 @@ seckill_worker_main(Datum main_arg)
 	if (!sk_redlock_enabled())
 		sk_pubsub_subscribe(sk_keys_lock_channel());
 
-	MemoryContextSwitchTo(round_cxt);
+	MemoryContextSwitchTo(sk_worker.loop.round_cxt);
 
 	sk_waiting_room_start();
 	seckill_shared->database_id = MyDatabaseId;
@@ -386,14 +385,14 @@ seckill_worker_main(Datum main_arg)
 			ereport(LOG, (errmsg("seckill worker reloaded its configuration")));
 			sk_redis_reload();
 		}
-		MemoryContextReset(round_cxt);
-		MemoryContextSwitchTo(round_cxt);
+		MemoryContextReset(sk_worker.loop.round_cxt);
+		MemoryContextSwitchTo(sk_worker.loop.round_cxt);
 
 		kept_due = between_rounds();
 
-		if (sk_rounds_serve(round_cxt, keeper_due))
+		if (sk_rounds_serve(sk_worker.loop.round_cxt, sk_worker.loop.keeper_due))
 		{
-			errors_in_row = 0;
+			sk_worker.loop.errors_in_row = 0;
 			if (sk_pacing_wait() == 0)
 				sk_pacing_step();
 			continue;
@@ -417,7 +416,7 @@ seckill_worker_main(Datum main_arg)
 			sk_journal_flush_settles();
 			continue;
 		}
-		errors_in_row = 0;
+		sk_worker.loop.errors_in_row = 0;
 		/* retry Redis, or look for updated SQL, now and then; renew leases when due */
 		if (store_sql_outdated)
 			(void) sk_installation_current();

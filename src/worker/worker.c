@@ -13,7 +13,8 @@
  * or something is due.
  *
  * What the worker keeps from one round to the next is one value, sk_worker
- * (worker/worker_state.h), a part per module.
+ * (worker/worker_state.h), a part per module; what an ERROR that broke a
+ * round off resets of it is listed once, here (reset_after_error).
  *
  *-------------------------------------------------------------------------
  */
@@ -279,6 +280,52 @@ log_round_error(const ErrorData *edata)
 }
 
 /*
+ * What an ERROR that broke the round off resets of the worker's state
+ * (sk_worker, worker/worker_state.h), through each module's own function,
+ * in this order:
+ *
+ *	1. Redis' and the Redlock nodes' connections left mid-request, which
+ *	   cannot be reused: their next reply would be an earlier command's.
+ *	2. The rebuilds under way, forgotten, their leases and the one the work
+ *	   in hand held given back; then the lease kept for a caller's next
+ *	   batch.
+ *	3. The journal, replayed at its next use: Redis may hold reservations
+ *	   nobody settled.
+ *	4. A seckill_epoch_claim() in hand, dropped: it records nothing later.
+ *	5. The rounds of purchases, emptied; the worker no longer idle; the paced
+ *	   requests held, forgotten (their callers' slots are failed by the
+ *	   boundary right after, with every slot taken).
+ *
+ * The rest of sk_worker is kept: what was learned of PostgreSQL and Redis
+ * (the epoch and the fence, the order id block, the campaign cache's
+ * generation, the campaigns whose replay Redis refused, the locks' leases
+ * as last put back), the paces, and what the logs count.
+ *
+ * Smaller failures are reset where they happen, at once, by the modules
+ * below: the next request of the same round, or the next lock script, may
+ * follow before the loop comes round again.  An ERROR in one request not a
+ * purchase drops the connections left mid-request and gives the leases back
+ * in sk_dispatch_reply_error (worker/dispatch.c).  A new Redis connection
+ * is noticed at its first use by each part that depends on it, comparing
+ * sk_redis_generation() with the connection it last did its work on: the
+ * journal's replay (sk_journal_ready), the locks' put-back (lock_keeper.c)
+ * and a rebuild's staged sets (rebuild.c).
+ */
+static void
+reset_after_error(void)
+{
+	sk_redis_abandon();
+	sk_redlock_abandon();
+	sk_rebuild_abort();
+	sk_lease_give_if_held();
+	sk_journal_lost();
+	sk_epoch_claim_drop();
+	sk_rounds_forget();
+	pg_atomic_write_u32(&seckill_shared->worker_idle, 0);
+	sk_pacing_forget();
+}
+
+/*
  * The error boundary, reached by longjmp from any ERROR the round did not
  * catch itself (a lock or statement timeout, a cancel, a broken table).
  * Shaped like the recovery of PostgreSQL's own long-lived workers: abort the
@@ -305,15 +352,7 @@ recover_from_error(void)
 	ConditionVariableCancelSleep();
 	pgstat_report_wait_end();
 
-	sk_redis_abandon();
-	sk_redlock_abandon();
-	sk_rebuild_abort();
-	sk_lease_give_if_held();
-	sk_journal_lost();
-	sk_epoch_claim_drop();
-	sk_rounds_forget();
-	pg_atomic_write_u32(&seckill_shared->worker_idle, 0);
-	sk_pacing_forget();
+	reset_after_error();
 	snprintf(message, sizeof(message), "the seckill worker failed while serving this request: %s",
 			 edata->message);
 	seckill_fail_taken_slots(message, edata->sqlerrcode);

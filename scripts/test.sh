@@ -9,12 +9,13 @@ set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-# the client examples' drivers (test/t/47_clients.t): psycopg 3, a JDK with
+# bash's loadable builtins (scripts/lib.sh: sleep without a process); the
+# client examples' drivers (test/t/47_clients.t): psycopg 3, a JDK with
 # pgJDBC, HikariCP and slf4j, Go with pgx v4, and Node.js with npm unless the
 # machine has them (pg itself comes from the npm registry); PgBouncer
 # (test/t/48_pgbouncer.t); postgres_exporter (test/t/62_exporter.t); the
 # Debian package's build and lintian (test/t/04_debian_package.t)
-SECKILL_PACKAGES+=(python3-psycopg default-jdk-headless libpostgresql-jdbc-java libhikaricp-java libslf4j-java
+SECKILL_PACKAGES+=(bash-builtins python3-psycopg default-jdk-headless libpostgresql-jdbc-java libhikaricp-java libslf4j-java
 	golang-go golang-github-jackc-pgx-v4-dev pgbouncer prometheus-postgres-exporter debhelper postgresql-server-dev-all lintian)
 command -v npm >/dev/null || SECKILL_PACKAGES+=(nodejs npm)
 seckill_install_deps

@@ -17,12 +17,16 @@ plan() {
 
 # diag message...: to stderr, as Test::More does, so prove shows it.
 diag() {
-	printf '%s\n' "$@" | sed 's/^/# /' >&2
+	note "$@" >&2
 }
 
 # note message...: to stdout, shown by prove -v only.
 note() {
-	printf '%s\n' "$@" | sed 's/^/# /'
+	local text line
+	printf -v text '%s\n' "$@"
+	while IFS= read -r line; do
+		printf '# %s\n' "$line"
+	done <<<"${text%$'\n'}"
 }
 
 tap_result() {
@@ -111,11 +115,9 @@ for ((PSQL_SLOT = 0; PSQL_SLOT < PSQL_SLOTS; PSQL_SLOT++)); do
 	exec {PSQL_REQ[PSQL_SLOT]}<>"$PSQL_DIR/req.$PSQL_SLOT" {PSQL_RESP[PSQL_SLOT]}<>"$PSQL_DIR/resp.$PSQL_SLOT"
 done
 psql_session() {
-	local key= v lock pid= fresh=0 marker=psql-session-$BASHPID-$RANDOM rc=0
+	local key= v pid= fresh=0 marker=psql-session-$BASHPID-$RANDOM rc=0
 	for v in ${!PG*}; do key+="$v=${!v} "; done
-	exec {lock}>>"$PSQL_DIR/lock"
-	if ! flock -n "$lock"; then
-		exec {lock}>&-
+	if ! psql_session_lock; then
 		psql_own "$1"
 		return
 	fi
@@ -151,11 +153,24 @@ psql_session() {
 		fi
 		break
 	done
-	exec {lock}>&-
+	unlink "$PSQL_DIR/lock"
 	[ -s "$PSQL_DIR/err.$PSQL_SLOT" ] &&
 		while IFS= read -r v; do printf '%s\n' "$v"; done <"$PSQL_DIR/err.$PSQL_SLOT" >&2
 	[ -n "$PSQL_OUT" ] && printf '%s' "$PSQL_OUT"
 	return $rc
+}
+# psql_session_lock: the sessions' lock taken, a file holding the taker's
+# BASHPID that is created only where there is none (flock would cost a
+# process a statement); false while another shell holds it.  A shell killed
+# while it held it leaves it behind: the test's own shell takes it back,
+# and only that shell, so that no two do.
+psql_session_lock() {
+	local - holder=
+	set -C
+	{ echo "$BASHPID" >"$PSQL_DIR/lock"; } 2>/dev/null && return 0
+	[ "$BASHPID" = $$ ] && { read -r holder <"$PSQL_DIR/lock"; } 2>/dev/null && [ -n "$holder" ] &&
+		! psql_session_alive "$holder" && unlink "$PSQL_DIR/lock" &&
+		{ echo "$BASHPID" >"$PSQL_DIR/lock"; } 2>/dev/null
 }
 # psql_session_slot key: PSQL_SLOT, the slot of the session for that key;
 # else a free slot, else the next in turn, its session ended

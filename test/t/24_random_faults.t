@@ -563,7 +563,10 @@ diag "waiting room: $(psql_val "SELECT string_agg(s || ' ' || n, ', ' ORDER BY n
 alone=$(/usr/bin/python3 "$SECKILL_ROOT/test/t/fault_client.py" alone "$work/locks.log")
 diag "lock holders: $alone; errors: $(awk -F'\t' '$1 == "E" { print $4 }' "$work/locks.log" | sort | uniq -c | xargs)"
 read -r _ holds _ ended _ unlocked_false _ overlaps _ older <<<"$alone"
-ok "[ ${ended:-0} -ge 100 ]" "11. the lock was held $ended times through the faults"
+# (100 holds in the 120 s of a full run, as many a second in a shorter one:
+# a restart of PostgreSQL and the 5 s leases of its ended sessions can keep
+# the lock from everyone for a dozen seconds)
+ok "[ ${ended:-0} -ge $((seconds * 5 / 6)) ]" "11. the lock was held $ended times through the faults (at least $((seconds * 5 / 6)))"
 is "$overlaps $older" "0 0" "11. never two lock holders at once, tokens rising in grant order ($unlocked_false releases answered false)"
 
 # 12. With a standby: it replays what the primary committed, and holds the

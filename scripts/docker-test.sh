@@ -444,9 +444,9 @@ goods=docker-$(date +%s)-$$
 sell "$goods" "$STOCK" 16 150 2000
 check_orders "$goods" "$STOCK" "after the sale"
 
-t=$(date +%s%3N)
+t=$(seckill_now_ms)
 compose stop -t 60 postgres
-took=$(($(date +%s%3N) - t))
+took=$(($(seckill_now_ms) - t))
 is "$(podman inspect --format '{{.State.ExitCode}}' "$pg")" 0 "PostgreSQL's container stopped cleanly, in $took ms"
 podman logs "$pg" >"$WORK/stopped.log" 2>&1
 ok "grep -q 'received fast shutdown request' '$WORK/stopped.log'" "SIGTERM made a fast shutdown"

@@ -93,6 +93,11 @@ seckill_redis_cli() {
 	redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" "$@"
 }
 
+# seckill_now_ms: milliseconds since the epoch, from bash's own clock
+seckill_now_ms() {
+	echo $((${EPOCHREALTIME/[.,]/} / 1000))
+}
+
 # seckill_wait_for 'shell condition' timeout_seconds [interval_seconds]:
 # the condition tried every interval (0.1 s; longer for a costly one), both
 # may be fractional

@@ -26,11 +26,11 @@ for round in 1 2; do
 	seckill_wait_for "sale_orders_at_least $((before + 1000))" 30
 	ok "[ $? -eq 0 ]" "kill $round: the sale is under way ($before+ orders)" || crowd_tail "kill-$round"
 	wpid=$(seckill_worker_pid)
-	started=$(date +%s%3N)
+	started=$(seckill_now_ms)
 	kill -9 "$wpid"
 	seckill_wait_for worker_up 60
 	ok "[ $? -eq 0 ]" "kill $round: cluster and worker back after SIGKILL of worker $wpid"
-	diag "kill $round: worker back in $(($(date +%s%3N) - started)) ms"
+	diag "kill $round: worker back in $(($(seckill_now_ms) - started)) ms"
 	wait "$SALE_CROWD" # the crowd's connections died with the cluster
 done
 
@@ -39,12 +39,12 @@ sale_crowd 60 pg-immediate
 before=$(sale_orders)
 seckill_wait_for "sale_orders_at_least $((before + 1000))" 30
 ok "[ $? -eq 0 ]" "immediate stop: the sale is under way" || crowd_tail pg-immediate
-started=$(date +%s%3N)
+started=$(seckill_now_ms)
 seckill_pg_ctl -m immediate stop >/dev/null
 seckill_pg_ctl -w start >/dev/null
 seckill_wait_for worker_up 60
 ok "[ $? -eq 0 ]" "PostgreSQL restarted after an immediate stop, worker up"
-diag "immediate stop: worker back in $(($(date +%s%3N) - started)) ms"
+diag "immediate stop: worker back in $(($(seckill_now_ms) - started)) ms"
 wait "$SALE_CROWD"
 
 # 3. Redis restarts empty mid-sale: buying resumes only after the rebuild
@@ -53,13 +53,13 @@ sale_crowd until redis
 before=$(sale_orders)
 seckill_wait_for "sale_orders_at_least $((before + 1000))" 30
 ok "[ $? -eq 0 ]" "redis: the sale is under way" || crowd_tail redis
-started=$(date +%s%3N)
+started=$(seckill_now_ms)
 seckill_redis_restart_empty
 ok "[ $? -eq 0 ]" "redis restarted empty"
 restarted_orders=$(sale_orders)
 seckill_wait_for "sale_orders_at_least $((restarted_orders + 500))" 30
 ok "[ $? -eq 0 ]" "redis: sales resume after the campaign is rebuilt"
-diag "redis: sales resumed $(($(date +%s%3N) - started)) ms after the restart began"
+diag "redis: sales resumed $(($(seckill_now_ms) - started)) ms after the restart began"
 crowd_done redis
 diag "errors: $(psql_val "SELECT coalesce(string_agg(n || ' x ' || err, '; '), 'none')
 	FROM (SELECT left(err, 90) err, count(*) n FROM stampede_answers

@@ -55,14 +55,14 @@ crash() {
 	before=$(sale_orders)
 	seckill_wait_for "sale_orders_at_least $((before + 3000))" 30
 	ok "[ $? -eq 0 ]" "$1: the sale is under way"
-	started=$(date +%s%3N)
+	started=$(seckill_now_ms)
 	case $2 in
 	worker) kill -9 "$(seckill_worker_pid)" ;;
 	immediate) seckill_pg_ctl -m immediate stop >/dev/null && seckill_pg_ctl -w start >/dev/null ;;
 	esac
 	seckill_wait_for worker_up 60
 	ok "[ $? -eq 0 ]" "$1: cluster and worker back"
-	diag "$1: back in $(($(date +%s%3N) - started)) ms"
+	diag "$1: back in $(($(seckill_now_ms) - started)) ms"
 	wait "${CROWD_PIDS[@]}" # their connections died with the cluster
 	read -r oks lost duplicates lost_duplicates <<<"$(told "$1")"
 	ok "[ ${oks:-0} -ge 2000 ]" "$1: the clients were told ok ${oks:-0} times"

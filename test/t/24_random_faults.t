@@ -44,7 +44,6 @@ if [ "$pair" = 1 ]; then
 fi
 first_pgdata=$SECKILL_PGDATA
 
-now_ms() { date +%s%3N; }
 # socat forks a process per connection: signal them all
 relay_signal() { kill "-$1" "$relay" $(pgrep -P "$relay") 2>/dev/null; }
 redis_pid() { cat "$SECKILL_TMP/redis.pid" 2>/dev/null; }
@@ -158,7 +157,7 @@ ok "[ $? -eq 0 ]" "the sale is under way: $connections connections, $pairs of th
 env "${client_env[@]}" /usr/bin/python3 "$SECKILL_ROOT/test/t/fault_client.py" locks "$work/locks.log" "$work/stop" 6 "rf-lock-$seed" \
 	2>"$work/holders.err" &
 holders=$!
-started=$(now_ms)
+started=$(seckill_now_ms)
 
 # The nemesis: every kind of action once in an order of the seed's, then
 # kinds of the seed's until the time is up, a pause of 0.5 to 9 s after each.
@@ -219,9 +218,9 @@ nemesis_redis_empty() {
 	detail="Redis restarted empty: $(seckill_redis_ready && echo up || echo down)"
 	[ "$pair" = 1 ] || return 0
 	sleep "$(seconds_ms $((RANDOM % 2800 + 200)))"
-	t0=$(now_ms)
+	t0=$(seckill_now_ms)
 	seckill_wait_for claimed 30 2>/dev/null
-	detail+="; seckill_epoch_claim(): ${timeline:-failed} after $(($(now_ms) - t0)) ms"
+	detail+="; seckill_epoch_claim(): ${timeline:-failed} after $(($(seckill_now_ms) - t0)) ms"
 }
 # the primary crashes, the standby is promoted and, once it sells, the old
 # primary is made its synchronous standby (no synchronous standby is asked
@@ -229,7 +228,7 @@ nemesis_redis_empty() {
 nemesis_pg_failover() {
 	local pid t0 took old_port=$PGPORT old_dir=$SECKILL_PGDATA old_log=$SECKILL_PGLOG
 	pid=$(worker_pid)
-	t0=$(now_ms)
+	t0=$(seckill_now_ms)
 	seckill_pg_ctl -m immediate stop >/dev/null 2>&1
 	seckill_as_postgres pg_ctl -D "$standby_dir" -w promote >/dev/null 2>&1
 	PGPORT=$standby_port SECKILL_PGDATA=$standby_dir SECKILL_PGLOG=$standby_log
@@ -237,14 +236,14 @@ nemesis_pg_failover() {
 	psql_val "ALTER SYSTEM RESET synchronous_standby_names" >/dev/null 2>&1
 	psql_val "SELECT pg_reload_conf()" >/dev/null 2>&1
 	seckill_wait_for "worker_replaced ${pid:-none}" 60 2>/dev/null
-	took=$(($(now_ms) - t0))
+	took=$(($(seckill_now_ms) - t0))
 	detail="primary on port $old_port crashed, the standby on port $PGPORT promoted to timeline"
 	detail+=" $(psql_val "SELECT ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::int" 2>&1),"
 	detail+=" worker $(worker_pid) in $took ms;"
-	t0=$(now_ms)
+	t0=$(seckill_now_ms)
 	make_standby >/dev/null 2>&1
 	detail+=" the old primary made its synchronous standby: $(sync_standby && echo done || echo failed)"
-	detail+=" in $(($(now_ms) - t0)) ms"
+	detail+=" in $(($(seckill_now_ms) - t0)) ms"
 }
 nemesis_net_cut() {
 	local ms=$((RANDOM % 4000 + 1000))
@@ -287,9 +286,9 @@ nemesis_cancel_orders() {
 act() {
 	local t0 t1
 	detail=
-	t0=$(now_ms)
+	t0=$(seckill_now_ms)
 	"nemesis_$1"
-	t1=$(now_ms)
+	t1=$(seckill_now_ms)
 	detail=$(printf '%s' "$detail" | tr '\t\n' '  ')
 	printf '%s\t%s\t%s\t%s\n' "$t0" "$t1" "$1" "$detail" >>"$work/nemesis.log"
 	note "nemesis at $(seconds_ms $((t0 - started))) s, $((t1 - t0)) ms: $1: $detail"
@@ -307,12 +306,12 @@ done
 : >"$work/nemesis.log"
 deadline=$((started + seconds * 1000))
 n=0
-while [ "$(now_ms)" -lt "$deadline" ]; do
+while [ "$(seckill_now_ms)" -lt "$deadline" ]; do
 	if [ "$n" -lt ${#order[@]} ]; then kind=${order[n]}; else kind=${kinds[RANDOM % ${#kinds[@]}]}; fi
 	n=$((n + 1))
 	act "$kind"
 	pause=$((RANDOM % 8500 + 500))
-	left=$((deadline - $(now_ms)))
+	left=$((deadline - $(seckill_now_ms)))
 	[ "$left" -gt 0 ] && sleep "$(seconds_ms $((pause < left ? pause : left)))"
 done
 diag "the nemesis: $(cut -f3 "$work/nemesis.log" | sort | uniq -c | awk '{ printf "%s%s %d", (NR > 1 ? ", " : ""), $2, $1 }')"
@@ -334,17 +333,17 @@ sells_again() {
 			2>/dev/null | tr '|' ' ')"
 		[ -n "$unsold" ] || continue
 		if [ "$unsold" -gt 0 ]; then
-			status=$(psql_val "SELECT status FROM seckill_buy('heal-probe-$cid-$(now_ms)', '$goods')" 2>/dev/null)
+			status=$(psql_val "SELECT status FROM seckill_buy('heal-probe-$cid-$(seckill_now_ms)', '$goods')" 2>/dev/null)
 			[ "$status" = ok ] || continue
 		fi
 		probing=${probing/ $cid / }
 	done
 	[ -z "${probing// /}" ]
 }
-healed=$(now_ms)
+healed=$(seckill_now_ms)
 seckill_wait_for sells_again 20 2>/dev/null
 ok "[ $? -eq 0 ]" "after the heal every campaign with unsold stock in PostgreSQL sells again, within 20 s" &&
-	diag "every campaign sells again $(($(now_ms) - healed)) ms after the heal" ||
+	diag "every campaign sells again $(($(seckill_now_ms) - healed)) ms after the heal" ||
 	diag "still not selling after 20 s: $(psql_val "SELECT string_agg(goods || ', ' || (total_stock - sold) || ' unsold', '; ')
 		FROM seckill.campaigns WHERE id IN ($(echo "$probing" | xargs | tr ' ' ','))")"
 # the client buys on for longer than the grace: a false sold_out shows

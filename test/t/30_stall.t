@@ -15,13 +15,12 @@ sale_begin "stall-$(date +%s)-$$" 5000
 goods=$SALE_GOODS
 is "$(psql_val "SELECT status FROM seckill_buy('before', '$goods')")" ok "a purchase before the stall"
 
-now_ms() { date +%s%3N; }
 
 # 1. One caller, Redis stalled: a clear error within seckill.redis_timeout (1 s).
 kill -STOP "$redis_pid"
-start=$(now_ms)
+start=$(seckill_now_ms)
 err=$(psql -XAtq -c "SELECT * FROM seckill_buy('stalled-1', '$goods')" 2>&1)
-elapsed=$(($(now_ms) - start))
+elapsed=$(($(seckill_now_ms) - start))
 ok "[[ \"\$err\" == *'could not reach Redis'* ]]" "stalled Redis: a clear error ($err)"
 ok "[ $elapsed -lt 3000 ]" "stalled Redis: the error came in $elapsed ms"
 out=$(psql -XAt -c "SELECT state, pg_stock, redis_stock IS NULL FROM seckill_status('$goods')" 2>&1)

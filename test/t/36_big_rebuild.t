@@ -32,9 +32,9 @@ FROM (SELECT nextval('seckill.order_ids') AS id FROM generate_series(1, 1500)) b
 UPDATE seckill.campaigns SET sold = 1500000 WHERE id = :id;
 SQL
 cid=$(psql_val "SELECT id FROM seckill.campaigns WHERE goods = '$big'")
-start=$(date +%s%3N)
+start=$(seckill_now_ms)
 is "$(PGOPTIONS='-c seckill.request_timeout=120s' psql_val "SELECT seckill_preheat('$big')")" 500000 \
-	"a campaign of 1,500,000 buyers preheated in $(($(date +%s%3N) - start)) ms"
+	"a campaign of 1,500,000 buyers preheated in $(($(seckill_now_ms) - start)) ms"
 is "$(psql_val "SELECT redis_buyers FROM seckill_status('$big')")" 1500000 "Redis holds its 1,500,000 buyers"
 is "$(psql_val "SELECT seckill_preheat('$sale')")" 100000000 "and another campaign on sale"
 
@@ -49,7 +49,7 @@ read -r alone _ _ p99_alone <<<"$figures"
 seckill_redis_cli DEL "$prefix:{c:$cid}:meta" "$prefix:{c:$cid}:buyers" >/dev/null
 seckill_pgbench "$work/during" 16 6 "$work/buy.sql" >"$work/during.figures" &
 load=$!
-start=$(date +%s%3N)
+start=$(seckill_now_ms)
 first=$(psql_val "SELECT status FROM seckill_buy('new-buyer', '$big')")
 is "$first" busy "Redis lost the campaign: its first purchase is answered busy and starts the rebuild"
 
@@ -69,7 +69,7 @@ is "$(psql_val "SELECT status FROM seckill_buy('probe', '$big')")" busy \
 
 wait "$preheat"
 is "$(cat "$work/preheat")" 500001 \
-	"the preheat waited for the rebuild, which ended in $(($(date +%s%3N) - start)) ms, and answers its stock, with the cancelled item"
+	"the preheat waited for the rebuild, which ended in $(($(seckill_now_ms) - start)) ms, and answers its stock, with the cancelled item"
 wait "$restock"
 is "$(psql_val "SELECT status FROM seckill_buy('new-buyer', '$big')")" ok "the campaign sells again"
 is "$(cat "$work/restock")" 2000010 "the restock waited for the rebuild, then was done"
@@ -94,7 +94,7 @@ psql_val "SELECT seckill_campaign_create('$late', 1000)" >/dev/null
 is "$(psql_val "SELECT seckill_preheat('$late')")" 1000 \
 	"a campaign created after the big one, preheated"
 seckill_redis_restart_empty
-restarted=$(date +%s%3N)
+restarted=$(seckill_now_ms)
 # a buyer of the big one comes first: its rebuild is queued first
 seckill_wait_for "[ \"\$(psql_val \"SELECT status FROM seckill_buy('first-after-restart', '$big')\" 2>/dev/null)\" = busy ]" 30
 ok "[ $? -eq 0 ]" "Redis restarted empty: a purchase of the big campaign is answered busy, its rebuild begun"
@@ -104,7 +104,7 @@ sells_again() {
 	[ "$(psql_val "SELECT status FROM seckill_buy('late-$n', '$late')" 2>/dev/null)" = ok ]
 }
 seckill_wait_for sells_again 30
-ok "[ $? -eq 0 ]" "the late campaign sells again $(($(date +%s%3N) - restarted)) ms after the restart (call $n)"
+ok "[ $? -eq 0 ]" "the late campaign sells again $(($(seckill_now_ms) - restarted)) ms after the restart (call $n)"
 is "$(psql_val "SELECT status FROM seckill_buy('probe-after-restart', '$big')")" busy \
 	"while the big one is still being rebuilt: busy"
 rebuilt() {
@@ -112,7 +112,7 @@ rebuilt() {
 		WHERE o.campaign_id = $cid AND o.status <> 'cancelled') FROM seckill_status('$big') s" 2>/dev/null)" = t ]
 }
 seckill_wait_for rebuilt 120
-ok "[ $? -eq 0 ]" "the big one rebuilt $(($(date +%s%3N) - restarted)) ms after the restart, all its buyers back"
+ok "[ $? -eq 0 ]" "the big one rebuilt $(($(seckill_now_ms) - restarted)) ms after the restart, all its buyers back"
 
 for goods in "$big" "$sale" "$late"; do
 	psql_val "SELECT seckill_close('$goods')" >/dev/null

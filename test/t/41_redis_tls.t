@@ -112,14 +112,14 @@ ok "[ \"\$(grep -c 'laddr=127.0.0.1:$tls_port' <<<'$clients')\" -ge 2 ] && grep 
 
 # a lock's waiter is woken by the release's message, through the subscription over TLS
 session_hold "SELECT seckill_lock('tls-lock');"
-started=$(date +%s%3N)
+started=$(seckill_now_ms)
 psql_val "SELECT seckill_lock('tls-lock', wait => '20 s') IS NOT NULL" >"$work/waiter" 2>&1 7>&- &
 waiter=$!
 seckill_wait_for "[ \"\$(psql_val \"SELECT count(*) FROM seckill.locks WHERE name = 'tls-lock' AND state = 'waiting'\")\" = 1 ]" 10
-released=$(date +%s%3N)
+released=$(seckill_now_ms)
 session_end "SELECT seckill_unlock('tls-lock');"
 wait "$waiter"
-got=$(date +%s%3N)
+got=$(seckill_now_ms)
 is "$(cat "$work/waiter")" t "a waiter gets the lock over TLS once it is released"
 ok "[ $((got - released)) -lt 2000 ]" "within $((got - released)) ms of the release (waited $((released - started)) ms before)"
 
@@ -199,9 +199,9 @@ ok "[[ \"\$err\" == *'seckill.redis_tls_key_file'*'chmod 600'* ]]" "a key file o
 openssl pkey -in "$work/client.key" -out "$work/locked.key" -aes256 -passout pass:a-passphrase 2>/dev/null
 chown postgres "$work/locked.key" && chmod 600 "$work/locked.key"
 use "seckill.redis_tls_cert_file = '$work/client.crt'" "seckill.redis_tls_key_file = '$work/locked.key'"
-t0=$(date +%s%3N)
+t0=$(seckill_now_ms)
 err=$(buy)
-took=$(($(date +%s%3N) - t0))
+took=$(($(seckill_now_ms) - t0))
 ok "[[ \"\$err\" == *'is encrypted'* ]] && [ $took -lt 2000 ]" \
 	"an encrypted key is refused in $took ms, no passphrase asked: ${err//$'\n'/ }"
 

@@ -23,7 +23,7 @@ sale_crowd until crowd 60000
 seckill_wait_for "sale_orders_at_least 300" 30
 ok "[ $? -eq 0 ]" "the sale is under way through Redis"
 
-started=$(date +%s%3N)
+started=$(seckill_now_ms)
 seckill_redis_stop
 down=$(sale_orders)
 seckill_wait_for "sale_orders_at_least $((down + 300))" 30
@@ -37,7 +37,7 @@ is "$(psql_val "SELECT f.remaining = v.remaining AND f.remaining <= 15000 - $dow
 seckill_redis_start
 seckill_wait_for "[ \"\$(path)\" = redis ]" 30
 ok "[ $? -eq 0 ]" "Redis back, empty: the campaign is rebuilt and Redis takes over again"
-diag "Redis was away, and the campaign rebuilt, within $(($(date +%s%3N) - started)) ms"
+diag "Redis was away, and the campaign rebuilt, within $(($(seckill_now_ms) - started)) ms"
 crowd_done crowd
 ok "grep -q 'seckill worker sells from PostgreSQL alone' '$log' && grep -q 'sales go through Redis again' '$log'" \
 	"both switches are logged"

@@ -350,12 +350,12 @@ BYSTANDER=$!
 seckill_wait_for "[ \$(bystander ok '$since') -ge 200 ]" 10
 kill -KILL "$(cat "$work/redis-$seed/pid")"
 killed=$(pg_now)
-started=$(now_ms)
+started=$(seckill_now_ms)
 seckill_wait_for "[ \"\$(psql_val \"SELECT connected FROM seckill.redis_nodes WHERE node = '127.0.0.1:$seed'\")\" = f ]" 5
 ok "[ $? -eq 0 ]" "kill: seckill.redis_nodes shows port $seed unreached: $(psql_val "SELECT error FROM seckill.redis_nodes
 	WHERE node = '127.0.0.1:$seed'")"
 seckill_wait_for "[ \"\$(role $replica)\" = master ] && seckill_cluster_ok $other" 20
-ok "[ $? -eq 0 ]" "kill: the seed's master killed, its replica promoted ($(($(now_ms) - started)) ms)" || finish
+ok "[ $? -eq 0 ]" "kill: the seed's master killed, its replica promoted ($(($(seckill_now_ms) - started)) ms)" || finish
 promoted=$(pg_now)
 resumed kill "$replica"
 crowd_stop bystander
@@ -385,9 +385,9 @@ seckill_wait_for "replicates $seed $replica" 30
 ok "[ $? -eq 0 ]" "failover: the killed node restarted as a replica of port $replica" || finish
 under_way failover
 is "$(rcli "$seed" CLUSTER FAILOVER)" OK "failover: CLUSTER FAILOVER on port $seed"
-started=$(now_ms)
+started=$(seckill_now_ms)
 seckill_wait_for "[ \"\$(role $seed)\" = master ]" 20
-ok "[ $? -eq 0 ]" "failover: port $seed is the master again ($(($(now_ms) - started)) ms)" || finish
+ok "[ $? -eq 0 ]" "failover: port $seed is the master again ($(($(seckill_now_ms) - started)) ms)" || finish
 resumed failover "$seed"
 after failover "$since" "$mark" "$seed" "$comp"
 unreachable_only failover "$since"

@@ -91,8 +91,8 @@ is "$(prefix_keys)" 0 "old primary: Redis untouched, no key of the prefix writte
 # the new primary comes back and sells again on its own, and its epoch
 # fences the old one
 pgctl b -w start >/dev/null && seckill_wait_for "ready $b_port" 30
-t0=$(now_ms)
-is "$(answer "$b_port" b-2)" ok "the new primary sells again unclaimed ($(($(now_ms) - t0)) ms)"
+t0=$(seckill_now_ms)
+is "$(answer "$b_port" b-2)" ok "the new primary sells again unclaimed ($(($(seckill_now_ms) - t0)) ms)"
 is "$(rcli get "$epoch_key")" 2 "Redis holds timeline 2"
 old_fenced() { grep -q 'another primary sells through' <<<"$(answer "$a_port" "old-$RANDOM")"; }
 seckill_wait_for old_fenced 15

@@ -52,8 +52,8 @@ had_standby() { psql_val "SELECT had_standby FROM seckill.worker_state"; }
 # waits_for ms: for that long, every purchase waits and Redis holds no epoch
 # and no key of a campaign (a claim that does not hold marks none)
 waits_for() {
-	local until=$(($(date +%s%3N) + $1)) all=0
-	while [ "$(date +%s%3N)" -lt "$until" ]; do
+	local until=$(($(seckill_now_ms) + $1)) all=0
+	while [ "$(seckill_now_ms)" -lt "$until" ]; do
 		waits || all=1
 		[ "$(seckill_redis_cli EXISTS "$epoch_key")" = 0 ] || all=1
 		[ -z "$(seckill_redis_cli --scan --pattern 'seckill:{c:*')" ] || all=1
@@ -78,17 +78,17 @@ mkdir "$work/wal" && chown postgres: "$work/wal"
 RECEIVER=$!
 seckill_wait_for "[ \"\$(psql_val \"SELECT count(*) FROM pg_stat_replication WHERE application_name = 'pg_receivewal' AND state = 'streaming'\")\" = 1 ]" 10
 ok "[ $? -eq 0 ]" "pg_receivewal streams WAL from this server"
-until=$(($(date +%s%3N) + 3000))
+until=$(($(seckill_now_ms) + 3000))
 all=0
-while [ "$(date +%s%3N)" -lt "$until" ]; do sells || all=1; done
+while [ "$(seckill_now_ms)" -lt "$until" ]; do sells || all=1; done
 ok "[ $all -eq 0 ]" "every purchase sells for 3 s while pg_receivewal streams"
 kill "$RECEIVER" && wait "$RECEIVER"
 RECEIVER=
 is "$(had_standby)" f "seckill.worker_state: neither the base backup nor pg_receivewal counts as a standby"
 seckill_redis_restart_empty
-t0=$(date +%s%3N)
+t0=$(seckill_now_ms)
 seckill_wait_for sells 5
-ok "[ $? -eq 0 ]" "Redis restarted without persistence: the lone server sells again in $(($(date +%s%3N) - t0)) ms, unclaimed"
+ok "[ $? -eq 0 ]" "Redis restarted without persistence: the lone server sells again in $(($(seckill_now_ms) - t0)) ms, unclaimed"
 
 # 2. The claim, with seckill.redis_epoch_lost = wait
 seckill_configure "SET seckill.redis_epoch_lost = wait"
@@ -157,9 +157,9 @@ seckill_wait_for unkept 10
 ok "[ $? -eq 0 ]" "the promotion id cannot be written: purchases are refused, naming it"
 ok "grep -q 'does not sell: it could not write \"seckill_promotion.tmp\"' '$log'" "the log says why"
 rmdir "$pgdata/seckill_promotion.tmp"
-t0=$(date +%s%3N)
+t0=$(seckill_now_ms)
 seckill_wait_for sells 10
-ok "[ $? -eq 0 ]" "the way cleared, the worker writes it and sells again in $(($(date +%s%3N) - t0)) ms"
+ok "[ $? -eq 0 ]" "the way cleared, the worker writes it and sells again in $(($(seckill_now_ms) - t0)) ms"
 ok "[ -s '$pgdata/seckill_promotion' ]" "the promotion id is kept in the data directory"
 
 # 4. A newer primary (timeline 2) took the campaigns over; a Redis failover

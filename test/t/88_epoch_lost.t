@@ -203,8 +203,8 @@ is "$(val "$b_port" "SELECT had_standby FROM seckill.worker_state")" f \
 	"the new primary's row: no standby on its timeline (the old primary's, inherited, was dropped when it recorded timeline 2)"
 val "$b_port" "ALTER SYSTEM SET seckill.redis_epoch_lost = auto" >/dev/null && val "$b_port" "SELECT pg_reload_conf()" >/dev/null
 flush_prefix
-t0=$(date +%s%3N)
+t0=$(seckill_now_ms)
 seckill_wait_for "[ \"\$(answer $b_port auto-\$RANDOM)\" = ok ]" 10
-ok "[ $? -eq 0 ]" "with auto, the new primary, newest of those it knows, sells again unclaimed in $(($(date +%s%3N) - t0)) ms"
+ok "[ $? -eq 0 ]" "with auto, the new primary, newest of those it knows, sells again unclaimed in $(($(seckill_now_ms) - t0)) ms"
 is "$(rcli get "$epoch_key")" 2 "Redis holds timeline 2"
 done_testing

@@ -59,10 +59,10 @@ ports_free SECKILL_FAILOVER_PORT "$primary_port" "$standby_port" "$relay_port" "
 throughput() {
 	local n0 t0 n1
 	n0=$(wc -l <"$1")
-	t0=$(now_ms)
+	t0=$(seckill_now_ms)
 	sleep 2 # the window
 	n1=$(wc -l <"$1")
-	echo $(((n1 - n0) * 1000 / ($(now_ms) - t0)))
+	echo $(((n1 - n0) * 1000 / ($(seckill_now_ms) - t0)))
 }
 
 # The primary, and its standby behind the relay
@@ -86,9 +86,9 @@ cid=$(val "$primary_port" "SELECT id FROM seckill.campaigns WHERE goods = '$good
 seckill_wait_for "[ \"\$(val $standby_port \"SELECT state FROM seckill.campaigns WHERE id = $cid\")\" = preheated ]" 30
 
 # 3. On a standby, an answer at once that says why
-started=$(now_ms)
+started=$(seckill_now_ms)
 standby_answer=$(at "$standby_port" -v VERBOSITY=verbose -c "SELECT * FROM seckill_buy('standby-1', '$goods')" 2>&1)
-took=$(($(now_ms) - started))
+took=$(($(seckill_now_ms) - started))
 diag "on the standby (${took} ms): $standby_answer"
 grep -qiE 'recovery|standby' <<<"$standby_answer"
 ok "[ $? -eq 0 ]" \
@@ -276,13 +276,13 @@ admitted=$(line "$new")
 pgctl standby -m immediate stop >/dev/null
 ok "[ $? -eq 0 ]" "sync: the primary stopped at once (immediate)"
 # every answer logged until now came from the old primary
-crashed_ms=$(now_ms)
+crashed_ms=$(seckill_now_ms)
 pgctl sync -w promote >/dev/null &&
 	seckill_wait_for "[ \"\$(val $sync_port 'SELECT pg_is_in_recovery()' 2>/dev/null)\" = f ]" 30
 ok "[ $? -eq 0 ]" "sync: the standby is promoted" || finish
 promoted_line=$(wc -l <"$work/sync.answers")
 # every answer logged from now on comes from the new primary
-promoted_ms=$(now_ms)
+promoted_ms=$(seckill_now_ms)
 seckill_wait_for "[ \$(oks_after '$work/sync.answers' $promoted_line) -ge 500 ]" 30
 ok "[ $? -eq 0 ]" "sync: the clients buy on from the new primary"
 seckill_wait_for "[ \$(placed_after $promoted_ms) -ge 200 ]" 30

@@ -83,7 +83,7 @@ switchover() {
 	local from=$1 from_port=$2 to=$3 to_port=$4 stop_ms line end_lsn received promoted_ms ready_ms log_line
 	val "$from_port" "CHECKPOINT"
 	line=$(wc -l <"$work/sw.answers")
-	stop_ms=$(now_ms)
+	stop_ms=$(seckill_now_ms)
 	pgctl "$from" -w -m fast stop >/dev/null
 	ok "[ $? -eq 0 ]" "$from -> $to: $from stopped (fast)"
 	end_lsn=$(last_checkpoint "$from")
@@ -93,10 +93,10 @@ switchover() {
 	pgctl "$to" -w promote >/dev/null &&
 		seckill_wait_for "[ \"\$(val $to_port 'SELECT pg_is_in_recovery()' 2>/dev/null)\" = f ]" 30
 	ok "[ $? -eq 0 ]" "$from -> $to: $to is promoted" || finish
-	promoted_ms=$(now_ms)
+	promoted_ms=$(seckill_now_ms)
 	seckill_wait_for "[ \$(oks_after '$work/sw.answers' $line) -ge 2000 ]" 60
 	ok "[ $? -eq 0 ]" "$from -> $to: the clients buy on from $to" || finish
-	switch_gap=$(gap $((stop_ms - 1000)) "$(now_ms)")
+	switch_gap=$(gap $((stop_ms - 1000)) "$(seckill_now_ms)")
 	ready_ms=$(awk -v p="$promoted_ms" '$2 == "ok" && $4 >= p { print $4 - p }' "$work/sw.answers" | sort -n | head -1)
 	diag "$from -> $to: stopped $from and promoted $to in $((promoted_ms - stop_ms)) ms;" \
 		"  the first ok $ready_ms ms after the promotion, the longest time without an ok $switch_gap ms;" \

@@ -180,12 +180,12 @@ crowd failover
 seckill_wait_for "[ \$(oks_since '$since') -ge 1000 ]" 30
 ok "[ $? -eq 0 ]" "failover: the sale is under way" || finish
 is "$(rcli "${sentinel_ports[0]}" SENTINEL FAILOVER mymaster)" OK "failover: SENTINEL FAILOVER mymaster"
-started=$(now_ms)
+started=$(seckill_now_ms)
 seckill_wait_for "named_by_all $replica" 15
-ok "[ $? -eq 0 ]" "failover: every sentinel names the replica the master ($(($(now_ms) - started)) ms)" || finish
+ok "[ $? -eq 0 ]" "failover: every sentinel names the replica the master ($(($(seckill_now_ms) - started)) ms)" || finish
 resumed failover "$replica"
 seckill_wait_for "replicates $master $replica" 30
-ok "[ $? -eq 0 ]" "failover: the old master became a replica of the new one ($(($(now_ms) - started)) ms)" || finish
+ok "[ $? -eq 0 ]" "failover: the old master became a replica of the new one ($(($(seckill_now_ms) - started)) ms)" || finish
 after failover "$since" "$mark" "$replica" "$comp"
 master=$second_port
 replica=$first_port
@@ -225,9 +225,9 @@ diag "kill: the replica is $(($(info "$master" replication master_repl_offset) -
 pid=$(cat "$work/redis-$master/pid")
 kill -KILL "$pid"
 rm -f "$work/redis-$master/pid"
-started=$(now_ms)
+started=$(seckill_now_ms)
 seckill_wait_for "named_by_all $replica" 30
-ok "[ $? -eq 0 ]" "kill: master killed, the sentinels promote the replica ($(($(now_ms) - started)) ms)" || finish
+ok "[ $? -eq 0 ]" "kill: master killed, the sentinels promote the replica ($(($(seckill_now_ms) - started)) ms)" || finish
 {
 	relay_signal KILL
 	wait "$relay"
@@ -256,9 +256,9 @@ redis_start "$old"
 ok "[ $? -eq 0 ] && [ \"\$(info $old replication role)\" = master ] && [ \"\$(rcli $old DBSIZE)\" = 0 ]" \
 	"rejoin: the old master restarted empty, a master of its own"
 restarted=$(pg_now)
-started=$(now_ms)
+started=$(seckill_now_ms)
 seckill_wait_for "replicates $old $master" 30
-ok "[ $? -eq 0 ]" "rejoin: the sentinels made it a replica of the master ($(($(now_ms) - started)) ms)" || finish
+ok "[ $? -eq 0 ]" "rejoin: the sentinels made it a replica of the master ($(($(seckill_now_ms) - started)) ms)" || finish
 rejoined=$(oks_since "$restarted")
 ok "[ $rejoined -ge 500 ]" "rejoin: sales went on meanwhile ($rejoined ok answers)"
 crowd_end rejoin
@@ -442,18 +442,18 @@ seckill_configure "RESET seckill.redis_sentinels" "SET seckill.redis_host = '127
 	"SET seckill.redis_port = $replica"
 ok "[ $? -eq 0 ]" "replica: the worker pointed at the replica on port $replica, without sentinels" || finish
 connections=$(info "$replica" stats total_connections_received)
-window=$(now_ms)
+window=$(seckill_now_ms)
 for n in 1 2 3; do
-	started=$(now_ms)
+	started=$(seckill_now_ms)
 	answer=$(psql -XAtq -v VERBOSITY=verbose -c "SELECT * FROM seckill_buy('replica-$n', '$SALE_GOODS')" 2>&1)
-	took=$(($(now_ms) - started))
+	took=$(($(seckill_now_ms) - started))
 	[ "$n" = 1 ] && diag "replica: $answer"
 	grep -q '^ERROR:' <<<"$answer" && grep -q 'is a replica, not a master' <<<"$answer"
 	ok "[ $? -eq 0 ]" "replica: call $n fails with an error naming the role" || diag "replica: call $n: $answer"
 	ok "[ $took -lt 2000 ]" "replica: call $n answers within 2 s ($took ms)"
 done
 sleep 2 # the window: a persistent error
-window=$(($(now_ms) - window))
+window=$(($(seckill_now_ms) - window))
 # less the connection that asks
 connections=$(($(info "$replica" stats total_connections_received) - connections - 1))
 ok "[ $((connections * 1000)) -le $((window * 5)) ]" \

@@ -24,7 +24,6 @@ psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
 psql_val "DROP TABLE IF EXISTS fam_grants;
 	CREATE TABLE fam_grants (name text, k int, token bigint, granted_at timestamptz DEFAULT clock_timestamp(),
 		released_at timestamptz)" >/dev/null
-now_ms() { date +%s%3N; }
 waiting() { psql_val "SELECT count(*) FROM seckill.locks WHERE name = '$1' AND state = 'waiting'"; }
 line_len() { seckill_redis_cli ZCARD "seckill:{lock:$1}:line"; }
 
@@ -94,11 +93,11 @@ seckill_wait_for "[ \$(place_of stall 2) = 2 ]" 10
 stopped=$(backend_of stall 1)
 kill -STOP "$stopped"
 session_end "SELECT seckill_unlock('stall');"
-t0=$(now_ms)
+t0=$(seckill_now_ms)
 is "$(psql_val "SELECT seckill_lock_fair('stall') IS NULL")" t \
 	"while the first in line is stalled, a taker that does not wait does not jump the line"
 seckill_wait_for "[ \$(psql_val \"SELECT count(*) FROM fam_grants WHERE name = 'stall' AND k = 2\") = 1 ]" 10
-t1=$(now_ms)
+t1=$(seckill_now_ms)
 ok "[ $((t1 - t0)) -le 2000 ]" \
 	"the second in line got the lock $((t1 - t0)) ms after the release: the stalled first's place lapsed (seckill.lock_queue_lease 1 s)"
 kill -CONT "$stopped"
@@ -115,9 +114,9 @@ fair_taker term 2 '60 s' 0.05
 seckill_wait_for "[ \$(place_of term 2) = 2 ]" 10
 psql_val "SELECT pg_terminate_backend($(backend_of term 1))" >/dev/null
 session_end "SELECT seckill_unlock('term');"
-t0=$(now_ms)
+t0=$(seckill_now_ms)
 seckill_wait_for "[ \$(psql_val \"SELECT count(*) FROM fam_grants WHERE name = 'term' AND k = 2\") = 1 ]" 15
-t1=$(now_ms)
+t1=$(seckill_now_ms)
 wait
 ok "[ $((t1 - t0)) -le 2000 ]" \
 	"a waiter terminated while first in line left it at once: the second got the lock $((t1 - t0)) ms after the release (places last 20 s)"
@@ -134,14 +133,14 @@ SQL
 pgbench -n -c 16 -j 4 -T 6 -f "$work/shared.sql" >"$work/shared.out" 2>&1 &
 stream=$!
 seckill_wait_for "[ \$(psql_val \"SELECT count(*) FROM fam_grants WHERE name = 'rw'\") -ge 100 ]" 10
-t0=$(now_ms)
+t0=$(seckill_now_ms)
 got=$(psql -XAtq -v ON_ERROR_STOP=1 <<'SQL'
 SELECT seckill_lock('rw', '10 s') IS NOT NULL AS got \gset
 SELECT :'got' || ' ' || count(*) FROM seckill.locks WHERE name = 'rw' AND state = 'held';
 SELECT seckill_unlock('rw');
 SQL
 )
-t1=$(now_ms)
+t1=$(seckill_now_ms)
 wait "$stream"
 rc=$?
 ok "[ $rc -eq 0 ] && ! grep -q aborted '$work/shared.out'" \
@@ -187,9 +186,9 @@ is "$(cat "$work"/out-boom-* | grep ERROR | grep -vc 'seckill could not reach Re
 
 # --- Redis away for longer than the wait -------------------------------------
 seckill_redis_stop
-t0=$(now_ms)
+t0=$(seckill_now_ms)
 out=$(psql -XAtq -c "SELECT seckill_lock_fair('away', '1 s')" 2>&1)
-t1=$(now_ms)
+t1=$(seckill_now_ms)
 seckill_redis_start 7>&-
 ok "grep -q 'ERROR:  seckill could not reach Redis' <<<\"\$out\" && [ $((t1 - t0)) -ge 1000 ] && [ $((t1 - t0)) -le 3000 ]" \
 	"Redis down: a fair taker asked again until its wait of 1 s ran out ($((t1 - t0)) ms), then failed naming Redis" ||

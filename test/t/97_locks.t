@@ -16,7 +16,6 @@ trap '[ -n "$stopped" ] && kill -CONT "$stopped" 2>/dev/null; rm -rf "$work"' EX
 psql_val "CREATE EXTENSION IF NOT EXISTS seckill" >/dev/null
 psql_val "DROP TABLE IF EXISTS lock_counter, lock_writes;
 	CREATE TABLE lock_counter (k int); CREATE TABLE lock_writes (name text, token bigint, written_at timestamptz DEFAULT clock_timestamp())" >/dev/null
-now_ms() { date +%s%3N; }
 lock_state() { psql_val "SELECT coalesce(string_agg(state, ','), 'none') FROM seckill.locks WHERE name = '$1'"; }
 
 # --- mutual exclusion: a read-modify-write in separate statements -----------
@@ -39,10 +38,10 @@ pgbench -n -c 64 -j 2 -t 20 -f "$work/unlocked.sql" >"$work/unlocked.out" 2>&1
 lost=$((1280 - $(psql_val "SELECT sum(n) FROM lock_counter")))
 ok "[ $lost -gt 0 ]" "without the locks, 64 sessions lose updates of the counters ($lost of 1,280 lost)"
 psql_val "UPDATE lock_counter SET n = 0" >/dev/null
-t0=$(now_ms)
+t0=$(seckill_now_ms)
 pgbench -n -c 64 -j 2 -t 20 -f "$work/locked.sql" >"$work/locked.out" 2>&1
 ok "[ $? -eq 0 ]" "64 sessions x 20 lock/unlock cycles on 3 names ran without an error" || diag "$(tail -5 "$work/locked.out")"
-took=$(($(now_ms) - t0))
+took=$(($(seckill_now_ms) - t0))
 is "$(psql_val "SELECT sum(n) FROM lock_counter")" 1280 \
 	"with seckill_lock, the counters are exact: 1,280 ($((1280000 / (took > 0 ? took : 1))) cycles/s)"
 is "$(psql_val "SELECT count(*) FROM seckill.locks")" 0 "every lock was released"
@@ -98,10 +97,10 @@ psql -XAtq -c "SELECT seckill_lock('cancel-me', '20 s')" >"$work/cancelled.out" 
 waiter=$!
 waiting="SELECT pid FROM pg_stat_activity WHERE query LIKE '%cancel-me'', ''20 s%' AND pid <> pg_backend_pid()"
 seckill_wait_for "[ -n \"\$(psql_val \"$waiting\")\" ]" 5
-t0=$(now_ms)
+t0=$(seckill_now_ms)
 psql_val "SELECT pg_cancel_backend(pid) FROM ($waiting) w" >/dev/null
 wait "$waiter"
-ok "grep -q 'canceling statement' '$work/cancelled.out'" "a waiter is cancelled at once ($(($(now_ms) - t0)) ms)"
+ok "grep -q 'canceling statement' '$work/cancelled.out'" "a waiter is cancelled at once ($(($(seckill_now_ms) - t0)) ms)"
 wait "$holder"
 seckill_wait_for "[ \"\$(lock_state cancel-me)\" = none ]" 5
 ok "[ $? -eq 0 ]" "and takes nothing behind its caller's back: the lock is free once its holder is gone"
@@ -181,9 +180,9 @@ seckill_redis_cli SET "$prefix:{lock:ghost}" "$ghost" PX 30000 >/dev/null
 is "$(psql_val "SELECT seckill_lock('ghost') IS NULL")" t "its lease put back in Redis as if the release were lost: nobody gets the lock"
 before=$(grep -c 'released again 1 lease' "$SECKILL_TMP/postgresql.log")
 seckill_redis_cli CLIENT KILL TYPE normal >/dev/null
-t0=$(now_ms)
+t0=$(seckill_now_ms)
 is "$(psql_val "SELECT seckill_lock('ghost', '10 s') IS NOT NULL; SELECT seckill_unlock('ghost')")" "t
-t" "once the worker reconnected, a taker has the lock ($(($(now_ms) - t0)) ms)"
+t" "once the worker reconnected, a taker has the lock ($(($(seckill_now_ms) - t0)) ms)"
 ok "[ \$(grep -c 'released again 1 lease' '$SECKILL_TMP/postgresql.log') -gt $before ]" \
 	"the worker released the lost release's lease again, as the server log says"
 
@@ -195,9 +194,9 @@ kill -9 "$(psql_val "SELECT owner_pid FROM seckill.locks WHERE name = 'crashy'")
 wait "$holder" 2>/dev/null
 # the postmaster restarts every backend after a crash
 seckill_wait_for "psql_val 'SELECT 1' >/dev/null 2>&1 && [ -n \"\$(seckill_worker_pid 2>/dev/null)\" ]" 30
-t0=$(now_ms)
+t0=$(seckill_now_ms)
 got=$(psql_val "SELECT seckill_lock('crashy', '10 s')" 2>&1)
-ok "[[ \"$got\" =~ ^[0-9]+$ ]]" "after the holder was killed, the next waiter gets the lock once its lease ran out ($(($(now_ms) - t0)) ms)"
+ok "[[ \"$got\" =~ ^[0-9]+$ ]]" "after the holder was killed, the next waiter gets the lock once its lease ran out ($(($(seckill_now_ms) - t0)) ms)"
 psql_val "SELECT seckill_unlock('crashy')" >/dev/null 2>&1
 
 done_testing

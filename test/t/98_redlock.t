@@ -66,9 +66,9 @@ SQL
 hung=$(cat "$SECKILL_TMP/redlock-$1.pid")
 kill -STOP "$hung"
 psql_val "DROP TABLE IF EXISTS redlock_counter; CREATE TABLE redlock_counter (n int); INSERT INTO redlock_counter VALUES (0)" >/dev/null
-t0=$(date +%s%3N)
+t0=$(seckill_now_ms)
 pgbench -n -c 16 -j 2 -t 20 -f "$work/counter.sql" >"$work/counter.out" 2>&1
-ok "[ $? -eq 0 ]" "one node hung: 16 sessions x 20 lock/unlock cycles ran in $(($(date +%s%3N) - t0)) ms" ||
+ok "[ $? -eq 0 ]" "one node hung: 16 sessions x 20 lock/unlock cycles ran in $(($(seckill_now_ms) - t0)) ms" ||
 	diag "$(tail -5 "$work/counter.out")"
 kill -CONT "$hung"
 is "$(psql_val "SELECT n FROM redlock_counter")" 320 "and the counter they protect is exact: 320"

@@ -24,7 +24,6 @@ pgctl() {
 	seckill_as_postgres pg_ctl -D "$work/$dir" -l "$work/$dir.log" "$@"
 }
 ready() { pg_isready -q -h 127.0.0.1 -p "$1"; }
-now_ms() { date +%s%3N; }
 dsn() { echo "host=127.0.0.1 port=$1 user=postgres dbname=postgres"; }
 
 # on the suite's Redis, under the pair's prefix

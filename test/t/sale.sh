@@ -195,7 +195,6 @@ rcli() { # rcli port command...: redis-cli on one of them
 	shift
 	redis-cli -h 127.0.0.1 -p "$port" "$@"
 }
-now_ms() { date +%s%3N; }
 pg_now() { psql_val "SELECT clock_timestamp()"; }
 info() { # info port section field
 	rcli "$1" INFO "$2" 2>/dev/null | tr -d '\r' | sed -n "s/^$3://p"
@@ -295,9 +294,9 @@ resumed() {
 	local calls orders started
 	calls=$(purchases "$2")
 	orders=$(sale_orders)
-	started=$(now_ms)
+	started=$(seckill_now_ms)
 	seckill_wait_for "[ \$(purchases $2) -ge $((calls + 500)) ] && sale_orders_at_least $((orders + 200))" 30
 	ok "[ $? -eq 0 ]" "$1: sales resume by themselves, on the new master" ||
 		diag "$1: $(figures)" "$1: the worker since then:" "$(tail -c +"$((${mark:-0} + 1))" "$log" | grep -i 'seckill' | tail -n 40)"
-	diag "$1: 500 purchases on the new master within $(($(now_ms) - started)) ms of its taking over"
+	diag "$1: 500 purchases on the new master within $(($(seckill_now_ms) - started)) ms of its taking over"
 }

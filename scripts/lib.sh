@@ -108,7 +108,7 @@ seckill_wait_for() {
 	whole=${timeout%%.*}
 	frac=${timeout#"$whole"}
 	frac=${frac#.}000
-	deadline=$((${EPOCHREALTIME/[.,]/} / 1000 + ${whole:-0} * 1000 + 10#${frac:0:3}))
+	deadline=$((${EPOCHREALTIME/[.,]/} / 1000 + 10#${whole:-0} * 1000 + 10#${frac:0:3}))
 	until eval "$cond"; do
 		if [ $((${EPOCHREALTIME/[.,]/} / 1000)) -ge "$deadline" ]; then
 			seckill_die "timed out after ${timeout}s waiting for: $cond"

@@ -58,6 +58,18 @@ ok "kill -0 $job" "before the job's ended: it did not wait for it"
 wait "$job"
 ok "[ $? -eq 0 ]" "the job's statement ended well"
 
+# a job killed in the middle of its statement leaves the sessions' lock
+# behind: the next statement, of a subshell too, takes it back and runs in
+# the session, once the statement the job left is done
+port=$(psql_val "SELECT inet_client_port()")
+psql_val "SELECT pg_sleep(1)" >/dev/null &
+job=$!
+seckill_wait_for "[ \"\$(psql_own \"SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(1)%'\")\" = 1 ]" 5
+{ kill -KILL "$job" && wait "$job"; } 2>/dev/null
+ok "[ \"\$(cat '$PSQL_DIR/lock' 2>/dev/null)\" = $job ]" "a job killed in its statement leaves the sessions' lock behind"
+is "$(psql_val "SELECT inet_client_port()")" "$port" "the next statement, of a subshell, takes it back and runs in the session"
+ok "[ ! -e '$PSQL_DIR/lock' ] && [ ! -e '$PSQL_DIR/lock.take' ]" "and gives it back"
+
 # what a psql that ended left unread in its FIFO is drained to the last
 # byte, however long the reading takes (bash reads a pipe a byte at a
 # time: 60 KB, about what a FIFO holds, take longer than a read's timeout

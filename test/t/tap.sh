@@ -153,24 +153,29 @@ psql_session() {
 		fi
 		break
 	done
-	unlink "$PSQL_DIR/lock"
 	[ -s "$PSQL_DIR/err.$PSQL_SLOT" ] &&
 		while IFS= read -r v; do printf '%s\n' "$v"; done <"$PSQL_DIR/err.$PSQL_SLOT" >&2
+	unlink "$PSQL_DIR/lock"
 	[ -n "$PSQL_OUT" ] && printf '%s' "$PSQL_OUT"
 	return $rc
 }
 # psql_session_lock: the sessions' lock taken, a file holding the taker's
 # BASHPID that is created only where there is none (flock would cost a
 # process a statement); false while another shell holds it.  A shell killed
-# while it held it leaves it behind: the test's own shell takes it back,
-# and only that shell, so that no two do.
+# while it held it leaves it behind: the next to find it so takes it back,
+# one shell at a time (lock.take, made as the lock is), and only while the
+# lock still names the shell that ended.
 psql_session_lock() {
-	local - holder=
+	local - holder= again= rc
 	set -C
 	{ echo "$BASHPID" >"$PSQL_DIR/lock"; } 2>/dev/null && return 0
-	[ "$BASHPID" = $$ ] && { read -r holder <"$PSQL_DIR/lock"; } 2>/dev/null && [ -n "$holder" ] &&
-		! psql_session_alive "$holder" && unlink "$PSQL_DIR/lock" &&
+	{ read -r holder <"$PSQL_DIR/lock"; } 2>/dev/null && [ -n "$holder" ] && ! psql_session_alive "$holder" &&
+		{ echo "$BASHPID" >"$PSQL_DIR/lock.take"; } 2>/dev/null || return 1
+	{ read -r again <"$PSQL_DIR/lock"; } 2>/dev/null && [ "$again" = "$holder" ] && unlink "$PSQL_DIR/lock" &&
 		{ echo "$BASHPID" >"$PSQL_DIR/lock"; } 2>/dev/null
+	rc=$?
+	unlink "$PSQL_DIR/lock.take"
+	return $rc
 }
 # psql_session_slot key: PSQL_SLOT, the slot of the session for that key;
 # else a free slot, else the next in turn, its session ended

@@ -54,8 +54,10 @@ elif [ "$1" = docker ]; then
 	set -- test/t/99_docker.t
 fi
 
-# The schedule (prove's rules): a file whose header says "Runs alone" runs
-# first, with the machine to itself but for the container image's test
+# The schedule (prove's rules): a file whose header says "Runs first, alone"
+# runs before everything, the container image's test included (a bound of
+# time the product promises); then a file whose header says "Runs alone"
+# runs, with the machine to itself but for the container image's test
 # (test/t/99_docker.t, at nice 10, beside everything: it waits on downloads
 # and disks for minutes); then the others in lanes, each lane one file at a
 # time: SECKILL_TEST_JOBS lanes of the files that work (sales, builds),
@@ -67,11 +69,14 @@ fi
 jobs=${SECKILL_TEST_JOBS:-2}
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { seckill_die "SECKILL_TEST_JOBS must be a number of lanes, 1 or more"; exit 2; }
 beside=test/t/99_docker.t
+first=()
 alone=()
 rest=()
 for f in "$@"; do
 	if [ "$f" = "$beside" ]; then
 		continue
+	elif grep -q '^# Runs first, alone' "$f"; then
+		first+=("$f")
 	elif grep -q '^# Runs alone' "$f"; then
 		alone+=("$f")
 	else
@@ -121,10 +126,21 @@ rules=$template/rules.yml
 					if (waiting != "") printf "        - seq:%s\n", waiting
 				}'
 	fi
-} >"$rules"
+} >"$rules.rest"
+if [ ${#first[@]} -gt 0 ]; then
+	{
+		echo 'seq:'
+		for f in "${first[@]}"; do
+			echo "  - seq: $f"
+		done
+		sed '1s/^/  - /; 2,$s/^/    /' "$rules.rest"
+	} >"$rules"
+else
+	mv "$rules.rest" "$rules"
+fi
 # (a lane more for the container's test, and one for the files that wait)
 jobs=$((jobs + lanes))
-files=("${alone[@]}" "${rest[@]}")
+files=("${first[@]}" "${alone[@]}" "${rest[@]}")
 [[ " $* " == *" $beside "* ]] && files=("$beside" "${files[@]}")
 # (the container's test alone needs no rules)
 [ ${#files[@]} -gt 1 ] && export HARNESS_RULESFILE=$rules

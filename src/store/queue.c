@@ -82,32 +82,77 @@ store_queue_line_now(int64 campaign_id, SeckillLine *line)
 }
 
 /*
- * Inside a transaction: give the user a place in the campaign's line, with
- * this ticket (0: none yet, a join before the start), unless the user has
- * one.  The user's ticket (0: none yet); *joined when the place is new.
+ * Inside a transaction: which of joins[0..n-1] come from users who hold a
+ * place in the line already: held, with their ticket.  One statement for a
+ * round's joins.
  */
-int64
-store_queue_join(int64 campaign_id, const char *user_id, int64 ticket, TimestampTz now,
-				 bool *joined)
+void
+store_queue_places_held(SkJoin *joins, int n)
 {
-	Oid			types[4] = {INT8OID, TEXTOID, INT8OID, TIMESTAMPTZOID};
-	Datum		values[4] = {Int64GetDatum(campaign_id), CStringGetTextDatum(user_id),
-	Int64GetDatum(ticket), TimestampTzGetDatum(now)};
+	Oid			types[2] = {INT8ARRAYOID, TEXTARRAYOID};
+	Datum		values[2];
+	Datum	   *campaigns = palloc(sizeof(Datum) * n);
+	Datum	   *users = palloc(sizeof(Datum) * n);
 
-	store_run_kept("INSERT INTO seckill.queue_places (campaign_id, user_id, ticket, joined_at) "
-				   "VALUES ($1, $2, nullif($3, 0), $4) ON CONFLICT (campaign_id, user_id) DO NOTHING "
-				   "RETURNING coalesce(ticket, 0)",
-				   4, types, values, SPI_OK_INSERT_RETURNING);
-	*joined = SPI_processed == 1;
-	if (*joined)
-		return int64_column(0, 1, 0);
-	store_run_kept("SELECT coalesce(ticket, 0) FROM seckill.queue_places "
-				   "WHERE campaign_id = $1 AND user_id = $2",
+	for (int i = 0; i < n; i++)
+	{
+		campaigns[i] = Int64GetDatum(joins[i].campaign_id);
+		users[i] = CStringGetTextDatum(joins[i].user_id);
+		joins[i].held = false;
+	}
+	values[0] = PointerGetDatum(construct_array(campaigns, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[1] = PointerGetDatum(construct_array(users, n, TEXTOID, -1, false, TYPALIGN_INT));
+	/* LIMIT 1: a look-up in the primary key a join, whatever the line's length */
+	store_run_kept("SELECT j.i, coalesce(p.ticket, 0) "
+				   "FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) "
+				   "  WITH ORDINALITY AS j(campaign_id, user_id, i), "
+				   " LATERAL (SELECT q.ticket FROM seckill.queue_places q "
+				   "          WHERE q.campaign_id = j.campaign_id AND q.user_id = j.user_id LIMIT 1) p",
 				   2, types, values, SPI_OK_SELECT);
-	if (SPI_processed != 1)
-		elog(ERROR, "the place of user \"%s\" in the line of campaign " INT64_FORMAT " vanished",
-			 user_id, campaign_id);
-	return int64_column(0, 1, 0);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		SkJoin	   *j = &joins[int64_column((int) r, 1, 0) - 1];
+
+		j->held = true;
+		j->ticket = int64_column((int) r, 2, 0);
+	}
+}
+
+/*
+ * Inside a transaction: the new places of joins[0..n-1] (those joined), with
+ * their tickets (0: none until the draw), in one statement.
+ */
+void
+store_queue_give_places(const SkJoin *joins, int n, TimestampTz now)
+{
+	Oid			types[4] = {INT8ARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID};
+	Datum		values[4];
+	Datum	   *campaigns = palloc(sizeof(Datum) * n);
+	Datum	   *users = palloc(sizeof(Datum) * n);
+	Datum	   *tickets = palloc(sizeof(Datum) * n);
+	int			m = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		if (!joins[i].joined)
+			continue;
+		campaigns[m] = Int64GetDatum(joins[i].campaign_id);
+		users[m] = CStringGetTextDatum(joins[i].user_id);
+		tickets[m++] = Int64GetDatum(joins[i].ticket);
+	}
+	if (m == 0)
+		return;
+	values[0] = PointerGetDatum(construct_array(campaigns, m, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[1] = PointerGetDatum(construct_array(users, m, TEXTOID, -1, false, TYPALIGN_INT));
+	values[2] = PointerGetDatum(construct_array(tickets, m, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[3] = TimestampTzGetDatum(now);
+	store_run_kept("INSERT INTO seckill.queue_places (campaign_id, user_id, ticket, joined_at) "
+				   "SELECT j.campaign_id, j.user_id, nullif(j.ticket, 0), $4 "
+				   "FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3)) "
+				   "  AS j(campaign_id, user_id, ticket)",
+				   4, types, values, SPI_OK_INSERT);
+	if (SPI_processed != (uint64) m)
+		elog(ERROR, "%d places given in the waiting lines, " UINT64_FORMAT " stored", m, SPI_processed);
 }
 
 /*

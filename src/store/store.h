@@ -122,8 +122,18 @@ typedef struct SkQueuePlace
 
 extern void store_queue_line(int64 campaign_id, SeckillLine *line);
 extern void store_queue_line_now(int64 campaign_id, SeckillLine *line);
-extern int64 store_queue_join(int64 campaign_id, const char *user_id, int64 ticket,
-							  TimestampTz now, bool *joined);
+/* A join of a round, to a line (store_queue_places_held, store_queue_give_places). */
+typedef struct SkJoin
+{
+	int64		campaign_id;
+	const char *user_id;
+	int64		ticket;			/* the user's (0: none until the draw) */
+	bool		held;			/* the user had a place before */
+	bool		joined;			/* the place is new, with this ticket */
+} SkJoin;
+
+extern void store_queue_places_held(SkJoin *joins, int n);
+extern void store_queue_give_places(const SkJoin *joins, int n, TimestampTz now);
 extern int64 store_queue_draw(int64 campaign_id, int64 after, int64 seed);
 extern void store_queue_capacity(int64 campaign_id, TimestampTz live_since,
 								 int64 *stock_left, int64 *live_passes);

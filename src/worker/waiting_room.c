@@ -193,40 +193,125 @@ touched_line(Touched *touched, int *ntouched, const SeckillCampaign *c)
 	return &touched[(*ntouched)++].line;
 }
 
-/* One join: the user's ticket (0: none until the draw) into its reply. */
-static void
-join(RoundItem *item, Touched *touched, int *ntouched, TimestampTz now)
+/*
+ * A join that may take a place: its campaign has a waiting line and its
+ * address has joins left; else its reply says why.
+ */
+static bool
+join_admissible(RoundItem *item, TimestampTz now)
 {
 	const SeckillRequest *request = &item->request;
 	SeckillCampaign *c = seckill_campaign_find(request->campaign_id);
-	SeckillLine *line;
-	int64		ticket;
-	bool		joined;
 
 	if (c == NULL || !c->row.limits.queue)
 	{
 		seckill_reply_error(&item->reply, SK_ERR_INVALID,
 							"campaign " INT64_FORMAT " has no open waiting line", request->campaign_id);
 		item->reply.sqlerrcode = ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
-		return;
+		return false;
 	}
 	if (!join_allowed(c, request->client_addr, now))
 	{
 		item->reply.status = SK_RATE_LIMITED;
-		return;
+		return false;
 	}
-	line = touched_line(touched, ntouched, c);
-	if (now >= c->row.starts_at && !line->drawn)
-		draw(c, line);
-	ticket = store_queue_join(c->row.id, request->user_id, line->drawn ? line->last + 1 : 0,
-							  now, &joined);
-	if (joined && line->drawn)
-		line->last = ticket;
-	else if (joined)
-		line->early++;
-	item->reply.status = SK_OK;
-	item->reply.values[0] = ticket;
-	item->reply.values[1] = joined;
+	return true;
+}
+
+/* qsort_arg: joins by line and user, then in the order they came */
+static int
+join_cmp(const void *a, const void *b, void *arg)
+{
+	const SkJoin *joins = arg;
+	int			i = *(const int *) a;
+	int			k = *(const int *) b;
+	int			c;
+
+	if (joins[i].campaign_id != joins[k].campaign_id)
+		return joins[i].campaign_id < joins[k].campaign_id ? -1 : 1;
+	c = strcmp(joins[i].user_id, joins[k].user_id);
+	return c != 0 ? c : (i > k) - (i < k);
+}
+
+/*
+ * Of joins[0..n-1]: for each, the first of the joins of the same user to
+ * the same line (itself, most often).
+ */
+static int *
+first_of_user(const SkJoin *joins, int n)
+{
+	int		   *order = palloc(sizeof(int) * n);
+	int		   *first = palloc(sizeof(int) * n);
+
+	for (int k = 0; k < n; k++)
+		order[k] = k;
+	qsort_arg(order, n, sizeof(int), join_cmp, unconstify(SkJoin *, joins));
+	for (int k = 0; k < n; k++)
+	{
+		const SkJoin *a = k > 0 ? &joins[order[k - 1]] : NULL;
+		const SkJoin *b = &joins[order[k]];
+		bool		same = a != NULL && a->campaign_id == b->campaign_id &&
+			strcmp(a->user_id, b->user_id) == 0;
+
+		first[order[k]] = same ? first[order[k - 1]] : order[k];
+	}
+	return first;
+}
+
+/*
+ * Inside a transaction: the round's joins take their places, each ticket
+ * (0: none until the draw) into its reply.  A user who holds a place is told
+ * it; a new place gets the next ticket of its line in the order the joins
+ * came (none before the start), a user who joins twice in the round once.
+ * A few statements for all the round's joins.
+ */
+static void
+take_places(RoundItem *items, int nitems, Touched *touched, int *ntouched, TimestampTz now)
+{
+	SkJoin	   *joins = palloc(sizeof(SkJoin) * nitems);
+	SeckillLine **lines = palloc(sizeof(SeckillLine *) * nitems);
+	int		   *from = palloc(sizeof(int) * nitems);
+	int		   *first;
+	int			n = 0;
+
+	for (int i = 0; i < nitems; i++)
+	{
+		SeckillCampaign *c;
+
+		if (items[i].request.kind != SK_REQ_QUEUE_JOIN || !join_admissible(&items[i], now))
+			continue;
+		c = seckill_campaign_find(items[i].request.campaign_id);
+		lines[n] = touched_line(touched, ntouched, c);
+		if (now >= c->row.starts_at && !lines[n]->drawn)
+			draw(c, lines[n]);
+		joins[n].campaign_id = c->row.id;
+		joins[n].user_id = items[i].request.user_id;
+		from[n++] = i;
+	}
+	if (n == 0)
+		return;
+	store_queue_places_held(joins, n);
+	first = first_of_user(joins, n);
+	for (int k = 0; k < n; k++)
+	{
+		SkJoin	   *j = &joins[k];
+		RoundItem  *item = &items[from[k]];
+
+		j->joined = !j->held && first[k] == k;
+		if (j->joined && lines[k]->drawn)
+			j->ticket = ++lines[k]->last;
+		else if (j->joined)
+		{
+			j->ticket = 0;
+			lines[k]->early++;
+		}
+		else if (!j->held)
+			j->ticket = joins[first[k]].ticket;
+		item->reply.status = SK_OK;
+		item->reply.values[0] = j->ticket;
+		item->reply.values[1] = j->joined;
+	}
+	store_queue_give_places(joins, n, now);
 }
 
 /*
@@ -293,9 +378,7 @@ sk_waiting_room_join(RoundItem *items, int nitems)
 	PG_TRY();
 	{
 		store_begin("seckill: join waiting lines");
-		for (int i = 0; i < nitems; i++)
-			if (items[i].request.kind == SK_REQ_QUEUE_JOIN)
-				join(&items[i], touched, &ntouched, now);
+		take_places(items, nitems, touched, &ntouched, now);
 		/* as a round's orders: one durable commit for all */
 		store_commit();
 	}

@@ -195,6 +195,21 @@ is "$(psql_val "SELECT bool_and(joined_at >= prev) FROM (SELECT joined_at, lag(j
 	FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id WHERE c.goods = '$other') x
 	WHERE prev IS NOT NULL")" t "tickets follow the order of the joins"
 
+# 8 sessions join the same 300 buyers in the same order: joins of one buyer
+# meet in the worker's rounds, and every session is told the buyer's one place
+for k in 1 2 3 4 5 6 7 8; do
+	psql_own "SELECT 'same-' || i, j.ticket FROM generate_series(1, 300) i,
+		LATERAL seckill_queue_join('same-' || i, '$other') j" >"$SECKILL_TMP/same.$k" 2>&1 &
+done
+wait
+is "$(cat "$SECKILL_TMP"/same.? | sort -u | wc -l)" 300 "8 sessions joining the same 300 buyers: one ticket each in every answer"
+is "$(cat "$SECKILL_TMP"/same.? | sort -u | psql -XAtq -v ON_ERROR_STOP=1 -c "CREATE TEMP TABLE told (user_id text, ticket bigint)" \
+	-c "COPY told FROM STDIN (DELIMITER '|')" -c "SELECT count(*) FROM told t JOIN seckill.queue_places p USING (user_id, ticket)
+	JOIN seckill.campaigns c ON c.id = p.campaign_id WHERE c.goods = '$other'" 2>&1 | tail -1)" 300 "the place each was told is the one stored"
+is "$(psql_val "SELECT count(*) = max(ticket) AND count(DISTINCT ticket) = count(*)
+	FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id WHERE c.goods = '$other'")" t \
+	"still numbered without a gap"
+
 # browsers as examples/python/waiting_room.py runs them: 80 buyers polling
 # every 0.2 s for 20 items; the first 20 in line buy, the rest read sold_out
 crowd="crowd-$tag"

@@ -26,10 +26,11 @@
 #   1q seckill_queue_status of a buyer waiting in a line of 100,000
 #   5j seckill_queue_join, a new buyer each call (against row 5, the
 #      sold-out answer)
-#   and its fairness (scripts/fairness.py): 2,000 people who buy once (or
+#   and its fairness (scripts/fairness.py): 10,000 people who buy once (or
 #   join, poll every second and buy once admitted) and 100 bots that call
-#   seckill_buy 50 times a second, for 400 items, without the room and
-#   with it, then 1,200 with it (200 people, 10 bots, 40 items with --smoke)
+#   seckill_buy 50 times a second, for 1,000 items, without the room and
+#   with it, then with it and everyone arriving after the start (200
+#   people, 10 bots, 40 items with --smoke)
 # and the distributed locks against PostgreSQL's own, each client its own name:
 #   7a seckill_lock + seckill_unlock
 #   7b pg_advisory_lock + pg_advisory_unlock
@@ -350,7 +351,7 @@ for c in $clients; do
 done
 
 # The waiting room's fairness: people and bots, without the room and with it
-read -r fair_people fair_bots fair_stock <<<"${fair:-2000 100 400}"
+read -r fair_people fair_bots fair_stock <<<"${fair:-10000 100 1000}"
 /usr/bin/python3 "$SECKILL_ROOT/scripts/fairness.py" "bench-fair-$run_id" "$fair_stock" "$fair_people" "$fair_bots" 50 \
 	>"$work/fairness.txt" || { echo "seckill: the fairness run failed" >&2; exit 1; }
 sed 's/^/  fairness: /' "$work/fairness.txt" >&2
@@ -673,14 +674,15 @@ purchases=$((p1 - p0))
 	echo
 	echo "Fairness (scripts/fairness.py): $fair_people people (buy once on arrival; or join, poll every second and"
 	echo "buy once admitted) and $fair_bots bots (seckill_buy 50 times a second), arriving alike from 5 s before the"
-	echo "start to 10 s after it, for $fair_stock items (fewer than the early crowd), then with the room for"
-	echo "$((fair_stock * 3)); the room admits 50 a second. Kendall's tau: the people who joined after the start"
-	echo "and bought, their order of purchase against their order of joining:"
+	echo "start to 10 s after it, for $fair_stock items (fewer than the early crowd), without the room and with it;"
+	echo "then with the room and everyone arriving in the 10 s after the start. The room admits 50 a second."
+	echo "Kendall's tau: the people who joined after the start and bought, their order of purchase against their"
+	echo "order of joining:"
 	echo
-	echo "| waiting room | items | items sold | bots' items | bots' share of items | bots' share of buyers | Kendall's tau | such people |"
-	echo "|---|---:|---:|---:|---:|---:|---:|---:|"
-	awk -v stock="$fair_stock" '{ printf "| %s | %d | %s | %s | %.1f %% | %.1f %% | %s | %s |\n", ($1 == "none" ? "no" : "yes"),
-		($1 == "fifo" ? 3 * stock : stock), $2, $3, 100 * $4, 100 * $5, $6, ($1 == "none" ? "–" : $7) }' \
+	echo "| waiting room | arrivals | items | items sold | bots' items | bots' share of items | bots' share of buyers | Kendall's tau | such people |"
+	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+	awk -v stock="$fair_stock" '{ printf "| %s | %s | %d | %s | %s | %.1f %% | %.1f %% | %s | %s |\n", ($1 == "none" ? "no" : "yes"),
+		($1 == "fifo" ? "after the start" : "−5 s to +10 s"), stock, $2, $3, 100 * $4, 100 * $5, $6, ($1 == "none" ? "–" : $7) }' \
 		"$work/fairness.txt"
 	echo
 	echo "What each traffic feature costs a purchase (row 4 on a campaign with it):"
@@ -830,10 +832,21 @@ awk '
 			target("row 4t >= 0.9x row 4 at 32 clients (" sprintf("%.2fx", t["4t on 32"] / t["4 on 32"]) ")", t["4t on 32"] >= 0.9 * t["4 on 32"])
 			target("row 1j >= 0.9x row 1s at 32 clients (" sprintf("%.2fx", t["1j on 32"] / t["1s on 32"]) ")", t["1j on 32"] >= 0.9 * t["1s on 32"])
 			target("row 1q >= 0.95x row 1n at 32 clients (" sprintf("%.2fx", t["1q on 32"] / t["1n on 32"]) ")", t["1q on 32"] >= 0.95 * t["1n on 32"])
-			target("row 5j >= 0.5x row 5 at 32 clients (" sprintf("%.2fx", t["5j on 32"] / t["5 on 32"]) ")", t["5j on 32"] >= 0.5 * t["5 on 32"])
 		}
 		if (("4 on 128") in t)
 			target("row 4 >= 15x row 2 at 128 clients (" sprintf("%.1fx", t["4 on 128"] / t["2 on 128"]) ")", t["4 on 128"] >= 15 * t["2 on 128"])
 	}' "$results"
+# a join's cost against a sold-out answer's: the machine's CPU a call (at 32
+# clients neither cell fills the cores, and a join's calls/s are bounded by
+# the wait for its flush, not by what it costs)
+awk -v jt="$(awk '$1 == "5j" && $2 == "on" && $3 == 32 { print $4 }' "$results")" \
+	-v st="$(awk '$1 == "5" && $2 == "on" && $3 == 32 { print $4 }' "$results")" '
+	$2 == "on" && $3 == 32 && $4 > 0 { all[$1] = ($5 + $6 + $7 + $8) / $4 }
+	END {
+		if (!(("5j") in all) || !(("5") in all)) exit
+		r = all["5j"] / all["5"]
+		printf "  %-44s %s\n", sprintf("row 5j'"'"'s CPU a call <= 2x row 5'"'"'s at 32 clients (%.2fx; calls/s %.2fx)", r, jt / st),
+			(r <= 2 ? "met" : "NOT met")
+	}' "$cpu"
 rm -rf "$work"
 echo "Written: $out/results.md$( [ -f "$out/throughput.svg" ] && echo ", $out/throughput.svg")"

@@ -6,26 +6,39 @@ creates the campaigns).
 
     fairness.py PREFIX STOCK HUMANS BOTS ADMIT_RATE
 
-People and bots arrive alike, at random from 5 s before the start to 10 s
-after it.  Without the room, a person clicks "buy" once on arrival (one who
-came early, within a second of the start), and once more a second later if
-told busy; a bot calls seckill_buy 50 times a second from its arrival (or
-the start) until it has bought or the sale is over.  With the room,
-everyone joins the line on arrival; a person polls seckill_queue_status
-every second and buys once admitted; a bot calls seckill_buy 50 times a
-second from its arrival.  The room admits ADMIT_RATE buyers a second.
+Without the room, a person clicks "buy" once on arrival (one who came
+early, within a second of the start), and once more a second later if told
+busy; a bot calls seckill_buy 50 times a second from its arrival (or the
+start) until it has bought or the sale is over.  With the room, everyone
+joins the line on arrival; a person polls seckill_queue_status every second
+and buys once admitted; a bot calls seckill_buy 50 times a second from its
+arrival.  The room admits ADMIT_RATE buyers a second.
 
-Three sales: PREFIX-none and PREFIX-room of STOCK items (fewer than the
-people who come before the start: the early crowd decides), and
-PREFIX-fifo with the room and 3 x STOCK items, so that people who join
-after the start buy too.  Prints a line a sale:
+Three sales of STOCK items each:
+  PREFIX-none  without the room, people and bots arriving at random from
+               5 s before the start to 10 s after it (more people come
+               before the start than there are items: the early crowd
+               decides);
+  PREFIX-room  the same crowd with the room (the early joins drawn by
+               lottery at the start);
+  PREFIX-fifo  with the room, everyone arriving in the 10 s after the start,
+               so that the line's order is the order of arrival.
+Prints a line a sale:
 
     SALE items_sold bot_items bot_share_of_items bot_share_of_buyers kendall_tau late_buyers
 
 kendall_tau being, among the people who joined after the start and bought,
-the agreement of their order of purchase with their order of joining (1:
-the same order; "-" without the room, or with fewer than 2 such buyers).
+the agreement of their order of purchase (their orders' ids) with their
+order of joining (their tickets) (1: the same order; "-" without the room,
+or with fewer than 2 such buyers).
+
+A person is a browser of its own; to keep the harness's own CPU low, the
+people of one connection whose step falls due within the same TICK share a
+statement (their calls run one after another, in the order they came).
+Bots each have a connection and call alone, from a process of their own.
 """
+import heapq
+import multiprocessing
 import os
 import random
 import sys
@@ -37,6 +50,11 @@ import psycopg
 OPTIONS = "-c seckill.request_timeout=5s"
 BOT_RATE = 50
 CONNECTIONS = 16
+TICK = 0.02  # people whose step falls due within it share a statement
+
+EARLY = 5.0  # seconds of arrivals before the start
+LATE = 10.0  # and after it
+LEAD = 5.0  # from the preheat to the start
 
 
 def connect():
@@ -50,8 +68,9 @@ def kendall_tau(pairs):
         return None
     concordant = discordant = 0
     for i in range(n):
+        xi, yi = pairs[i]
         for j in range(i + 1, n):
-            s = (pairs[i][0] - pairs[j][0]) * (pairs[i][1] - pairs[j][1])
+            s = (xi - pairs[j][0]) * (yi - pairs[j][1])
             if s > 0:
                 concordant += 1
             elif s < 0:
@@ -59,13 +78,8 @@ def kendall_tau(pairs):
     return (concordant - discordant) / (n * (n - 1) / 2)
 
 
-EARLY = 5.0  # seconds of arrivals before the start
-LATE = 10.0  # and after it
-LEAD = 5.0  # from the preheat to the start
-
-
 class Sale:
-    def __init__(self, name, goods, queued, stock, humans, bots, admit_rate, rng):
+    def __init__(self, name, goods, queued, stock, humans, bots, admit_rate, arrivals, rng):
         self.name = name
         self.goods = goods
         self.queued = queued
@@ -79,78 +93,95 @@ class Sale:
         conn.close()
         self.start = time.monotonic() + LEAD
         self.end = self.start + LATE + 30
-        self.over = threading.Event()
-        arrivals = sorted((self.start + rng.uniform(-EARLY, LATE), f"h{i}") for i in range(humans))
-        self.people = arrivals
-        self.bots = sorted((self.start + rng.uniform(-EARLY, LATE), f"b{i}") for i in range(bots))
-        self.joined = {}  # user: monotonic time of its join's answer
+        self.over = multiprocessing.Event()  # shared with the bots' process
+        lo, hi = arrivals
+        self.people = sorted((self.start + rng.uniform(lo, hi), f"h{i}") for i in range(humans))
+        self.bots = sorted((self.start + rng.uniform(lo, hi), f"b{i}") for i in range(bots))
         self.rng = random.Random(rng.random())
 
     def wait_until(self, t):
         while not self.over.is_set() and time.monotonic() < t:
             time.sleep(min(0.05, max(0, t - time.monotonic())))
 
-    def buy(self, conn, user):
-        return conn.execute("SELECT status FROM seckill_buy(%s, %s)", (user, self.goods)).fetchone()[0]
-
-    def join(self, conn, user):
-        conn.execute("SELECT state FROM seckill_queue_join(%s, %s)", (user, self.goods))
-        self.joined[user] = time.monotonic()
-
-    def status(self, conn, user):
-        return conn.execute("SELECT state FROM seckill_queue_status(%s, %s)", (user, self.goods)).fetchone()[0]
+    def each(self, conn, function, column, users):
+        """function(user, goods) for each of users, in order, in one
+        statement: their answers (column), in the same order."""
+        if not users:
+            return []
+        rows = conn.execute(
+            f"SELECT r.{column} FROM unnest(%s::text[]) WITH ORDINALITY AS u(user_id, i),"
+            f" LATERAL {function}(u.user_id, %s) r ORDER BY u.i", (users, self.goods)).fetchall()
+        return [row[0] for row in rows]
 
     def person_thread(self, people):
-        """One connection's people, each in turn: arrive, then (with the
-        room) poll every second and buy once admitted."""
+        """One connection's people: arrive, then (with the room) poll every
+        second and buy once admitted."""
         conn = connect()
-        pending = []  # (next action time, user, step)
-        for t, user in people:
-            pending.append((t, user, "arrive"))
-        while pending and not self.over.is_set():
-            pending.sort()
-            t, user, step = pending.pop(0)
-            self.wait_until(t)
+        due = [(t, user, "arrive") for t, user in people]
+        heapq.heapify(due)
+        while due and not self.over.is_set():
+            self.wait_until(due[0][0])
             if self.over.is_set():
                 break
+            now = time.monotonic()
+            steps = []
+            while due and due[0][0] <= now + TICK:
+                steps.append(heapq.heappop(due))
             if not self.queued:
-                if time.monotonic() < self.start:
-                    pending.append((self.start + self.rng.uniform(0, 1), user, "arrive"))
-                    continue
-                status = self.buy(conn, user)
-                if status == "busy" and step == "arrive":
-                    pending.append((time.monotonic() + 1, user, "again"))
+                buyers = []
+                for _, user, step in steps:
+                    if now < self.start:
+                        heapq.heappush(due, (self.start + self.rng.uniform(0, 1), user, step))
+                    else:
+                        buyers.append((user, step))
+                answers = self.each(conn, "seckill_buy", "status", [user for user, _ in buyers])
+                for (user, step), status in zip(buyers, answers):
+                    if status == "busy" and step == "arrive":
+                        heapq.heappush(due, (time.monotonic() + 1, user, "again"))
                 continue
-            if step == "arrive":
-                self.join(conn, user)
-                pending.append((time.monotonic() + 1, user, "poll"))
-                continue
-            state = self.status(conn, user)
-            if state == "waiting":
-                pending.append((time.monotonic() + 1, user, "poll"))
-            elif state == "admitted":
-                self.buy(conn, user)
+            joining = [user for _, user, step in steps if step == "arrive"]
+            polling = [user for _, user, step in steps if step == "poll"]
+            self.each(conn, "seckill_queue_join", "state", joining)
+            states = self.each(conn, "seckill_queue_status", "state", polling)
+            then = time.monotonic() + 1
+            for user in joining:
+                heapq.heappush(due, (then, user, "poll"))
+            for user, state in zip(polling, states):
+                if state == "waiting":
+                    heapq.heappush(due, (then, user, "poll"))
+            self.each(conn, "seckill_buy", "status",
+                      [user for user, state in zip(polling, states) if state == "admitted"])
         conn.close()
 
     def bot_thread(self, arrival, bot):
         conn = connect()
         self.wait_until(arrival)
         if self.queued:
-            self.join(conn, bot)
+            conn.execute("SELECT state FROM seckill_queue_join(%s, %s)", (bot, self.goods))
         else:
             self.wait_until(self.start)
         while not self.over.is_set():
             t = time.monotonic()
-            status = self.buy(conn, bot)
+            status = conn.execute("SELECT status FROM seckill_buy(%s, %s)", (bot, self.goods)).fetchone()[0]
             if status in ("ok", "duplicate", "sold_out", "ended"):
                 break
             time.sleep(max(0, 1 / BOT_RATE - (time.monotonic() - t)))
         conn.close()
 
+    def run_bots(self):
+        threads = [threading.Thread(target=self.bot_thread, args=bot) for bot in self.bots]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
     def run(self):
+        # the bots in a process of their own, so that the people's polls do
+        # not wait for the bots' turns at Python's lock
+        bots = multiprocessing.Process(target=self.run_bots)
+        bots.start()
         threads = [threading.Thread(target=self.person_thread, args=(self.people[k::CONNECTIONS],))
                    for k in range(CONNECTIONS)]
-        threads += [threading.Thread(target=self.bot_thread, args=bot) for bot in self.bots]
         for t in threads:
             t.start()
         conn = connect()
@@ -164,20 +195,24 @@ class Sale:
         self.over.set()
         for t in threads:
             t.join()
+        bots.join()
+        if bots.exitcode != 0:
+            raise RuntimeError(f"the bots' process of sale {self.name} ended with {bots.exitcode}")
         rows = conn.execute(
-            "SELECT o.user_id, o.id FROM seckill.orders o JOIN seckill.campaigns c ON c.id = o.campaign_id"
+            "SELECT o.user_id, o.id, p.ticket, p.joined_at >= c.starts_at"
+            " FROM seckill.orders o JOIN seckill.campaigns c ON c.id = o.campaign_id"
+            " LEFT JOIN seckill.queue_places p ON p.campaign_id = o.campaign_id AND p.user_id = o.user_id"
             " WHERE c.goods = %s AND c.state <> 'closed' AND o.status <> 'cancelled' ORDER BY o.id",
             (self.goods,)).fetchall()
         conn.close()
         sold = len(rows)
-        bot_items = sum(1 for user, _ in rows if user.startswith("b"))
+        bot_items = sum(1 for user, _, _, _ in rows if user.startswith("b"))
         buyers = len(self.people) + len(self.bots)
         tau = "-"
         late = 0
         if self.queued:
-            start_wall = self.start
-            pairs = [(self.joined[user], order_id) for user, order_id in rows
-                     if user.startswith("h") and user in self.joined and self.joined[user] > start_wall]
+            pairs = [(ticket, order_id) for user, order_id, ticket, after_start in rows
+                     if user.startswith("h") and after_start]
             late = len(pairs)
             value = kendall_tau(pairs)
             tau = "-" if value is None else "%.3f" % value
@@ -190,8 +225,9 @@ def main():
     prefix, stock, humans, bots, admit_rate = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
                                                int(sys.argv[4]), float(sys.argv[5]))
     rng = random.Random(int(os.environ.get("FAIRNESS_SEED", "1")))
-    for name, queued, items in (("none", False, stock), ("room", True, stock), ("fifo", True, 3 * stock)):
-        sale = Sale(name, f"{prefix}-{name}", queued, items, humans, bots, admit_rate, rng)
+    for name, queued, arrivals in (("none", False, (-EARLY, LATE)), ("room", True, (-EARLY, LATE)),
+                                   ("fifo", True, (0, LATE))):
+        sale = Sale(name, f"{prefix}-{name}", queued, stock, humans, bots, admit_rate, arrivals, rng)
         sale.run()
         conn = connect()
         conn.execute("SELECT seckill_close(%s)", (sale.goods,))

@@ -36,6 +36,8 @@ A person is a browser of its own; to keep the harness's own CPU low, the
 people of one connection whose step falls due within the same TICK share a
 statement (their calls run one after another, in the order they came).
 Bots each have a connection and call alone, from a process of their own.
+A call that fails is counted and shown on stderr; a connection that ends
+on an exception fails the run (exit status 1).
 """
 import heapq
 import multiprocessing
@@ -98,6 +100,9 @@ class Sale:
         self.people = sorted((self.start + rng.uniform(lo, hi), f"h{i}") for i in range(humans))
         self.bots = sorted((self.start + rng.uniform(lo, hi), f"b{i}") for i in range(bots))
         self.rng = random.Random(rng.random())
+        self.lock = threading.Lock()
+        self.errors = 0  # calls that failed, in this process
+        self.dead = 0  # threads that ended on an exception, in this process
 
     def wait_until(self, t):
         while not self.over.is_set() and time.monotonic() < t:
@@ -105,13 +110,34 @@ class Sale:
 
     def each(self, conn, function, column, users):
         """function(user, goods) for each of users, in order, in one
-        statement: their answers (column), in the same order."""
+        statement: their answers (column), in the same order.  A statement
+        that fails (a call's error ends it) is made again one call at a
+        time, each call's error counted and its answer None: a join, a poll
+        or a purchase asked twice gets the same answer or "duplicate"."""
         if not users:
             return []
-        rows = conn.execute(
-            f"SELECT r.{column} FROM unnest(%s::text[]) WITH ORDINALITY AS u(user_id, i),"
-            f" LATERAL {function}(u.user_id, %s) r ORDER BY u.i", (users, self.goods)).fetchall()
-        return [row[0] for row in rows]
+        try:
+            rows = conn.execute(
+                f"SELECT r.{column} FROM unnest(%s::text[]) WITH ORDINALITY AS u(user_id, i),"
+                f" LATERAL {function}(u.user_id, %s) r ORDER BY u.i", (users, self.goods)).fetchall()
+            return [row[0] for row in rows]
+        except psycopg.Error:
+            pass
+        answers = []
+        for user in users:
+            try:
+                answers.append(conn.execute(f"SELECT {column} FROM {function}(%s, %s)",
+                                            (user, self.goods)).fetchone()[0])
+            except psycopg.Error as e:
+                self.failed(f"{function}({user}): {e}".strip())
+                answers.append(None)
+        return answers
+
+    def failed(self, what):
+        with self.lock:
+            self.errors += 1
+            if self.errors <= 5:
+                print(f"fairness: sale {self.name}: {what}", file=sys.stderr, flush=True)
 
     def person_thread(self, people):
         """One connection's people: arrive, then (with the room) poll every
@@ -120,12 +146,13 @@ class Sale:
         due = [(t, user, "arrive") for t, user in people]
         heapq.heapify(due)
         while due and not self.over.is_set():
-            self.wait_until(due[0][0])
+            # the steps due within TICK of the first, each late by TICK at most
+            self.wait_until(due[0][0] + TICK)
             if self.over.is_set():
                 break
             now = time.monotonic()
             steps = []
-            while due and due[0][0] <= now + TICK:
+            while due and due[0][0] <= now:
                 steps.append(heapq.heappop(due))
             if not self.queued:
                 buyers = []
@@ -162,42 +189,64 @@ class Sale:
             self.wait_until(self.start)
         while not self.over.is_set():
             t = time.monotonic()
-            status = conn.execute("SELECT status FROM seckill_buy(%s, %s)", (bot, self.goods)).fetchone()[0]
+            try:
+                status = conn.execute("SELECT status FROM seckill_buy(%s, %s)", (bot, self.goods)).fetchone()[0]
+            except psycopg.Error as e:
+                self.failed(f"seckill_buy({bot}): {e}".strip())
+                status = None
             if status in ("ok", "duplicate", "sold_out", "ended"):
                 break
             time.sleep(max(0, 1 / BOT_RATE - (time.monotonic() - t)))
         conn.close()
 
-    def run_bots(self):
-        threads = [threading.Thread(target=self.bot_thread, args=bot) for bot in self.bots]
+    def guarded(self, target, *args):
+        """target(*args), an exception counted and shown, not dropped."""
+        try:
+            target(*args)
+        except Exception as e:
+            with self.lock:
+                self.dead += 1
+            print(f"fairness: sale {self.name}: a {target.__name__} ended: {e!r}", file=sys.stderr, flush=True)
+
+    def threads(self, target, args):
+        threads = [threading.Thread(target=self.guarded, args=(target, *a)) for a in args]
         for t in threads:
             t.start()
-        for t in threads:
+        return threads
+
+    def run_bots(self):
+        for t in self.threads(self.bot_thread, self.bots):
             t.join()
+        if self.errors:
+            print(f"fairness: sale {self.name}: {self.errors} bots' calls failed", file=sys.stderr, flush=True)
+        sys.exit(1 if self.dead else 0)
 
     def run(self):
         # the bots in a process of their own, so that the people's polls do
         # not wait for the bots' turns at Python's lock
         bots = multiprocessing.Process(target=self.run_bots)
         bots.start()
-        threads = [threading.Thread(target=self.person_thread, args=(self.people[k::CONNECTIONS],))
-                   for k in range(CONNECTIONS)]
-        for t in threads:
-            t.start()
-        conn = connect()
-        # over once PostgreSQL holds every item sold, or at the end
-        while time.monotonic() < self.end:
-            left = conn.execute("SELECT total_stock - sold FROM seckill.campaigns WHERE goods = %s"
-                                " AND state <> 'closed'", (self.goods,)).fetchone()[0]
-            if left == 0:
-                break
-            time.sleep(0.2)
-        self.over.set()
-        for t in threads:
-            t.join()
-        bots.join()
-        if bots.exitcode != 0:
-            raise RuntimeError(f"the bots' process of sale {self.name} ended with {bots.exitcode}")
+        threads = []
+        try:
+            threads = self.threads(self.person_thread, [(self.people[k::CONNECTIONS],) for k in range(CONNECTIONS)])
+            conn = connect()
+            # over once PostgreSQL holds every item sold, or at the end
+            while time.monotonic() < self.end:
+                left = conn.execute("SELECT total_stock - sold FROM seckill.campaigns WHERE goods = %s"
+                                    " AND state <> 'closed'", (self.goods,)).fetchone()[0]
+                if left == 0:
+                    break
+                time.sleep(0.2)
+        finally:
+            self.over.set()
+            for t in threads:
+                t.join()
+            bots.join()
+        if bots.exitcode != 0 or self.dead:
+            raise RuntimeError(f"sale {self.name}: the bots' process ended with {bots.exitcode}, "
+                               f"{self.dead} people's connections on an exception")
+        if self.errors:
+            print(f"fairness: sale {self.name}: {self.errors} people's calls failed", file=sys.stderr, flush=True)
         rows = conn.execute(
             "SELECT o.user_id, o.id, p.ticket, p.joined_at >= c.starts_at"
             " FROM seckill.orders o JOIN seckill.campaigns c ON c.id = o.campaign_id"
@@ -228,10 +277,12 @@ def main():
     for name, queued, arrivals in (("none", False, (-EARLY, LATE)), ("room", True, (-EARLY, LATE)),
                                    ("fifo", True, (0, LATE))):
         sale = Sale(name, f"{prefix}-{name}", queued, stock, humans, bots, admit_rate, arrivals, rng)
-        sale.run()
-        conn = connect()
-        conn.execute("SELECT seckill_close(%s)", (sale.goods,))
-        conn.close()
+        try:
+            sale.run()
+        finally:
+            conn = connect()
+            conn.execute("SELECT seckill_close(%s)", (sale.goods,))
+            conn.close()
 
 
 if __name__ == "__main__":

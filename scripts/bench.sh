@@ -8,6 +8,8 @@
 #   3 pessimistic PostgreSQL        SELECT ... FOR UPDATE, UPDATE, INSERT, one transaction
 #   4 seckill_buy while stock lasts every call a purchase committed to seckill.orders
 #   5 seckill_buy after sell-out    answered from shared memory
+#   5c a call of the same shape that does nothing (string_to_table), alternated
+#      three times with row 5 at 32 clients
 #   6 Redis alone                   redis-benchmark running lua/buy.lua, unpipelined / pipelined
 # storefront reads, while 4 more clients buy from row 4's campaign all along:
 #   1s SELECT 1
@@ -70,7 +72,7 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--seconds) seconds=$2; shift 2 ;;
 	--clients) clients=$2; shift 2 ;;
-	--smoke) seconds=1; clients="8"; fair="200 10 40"; shift ;;
+	--smoke) seconds=1; clients="8"; fair="200 10 40"; control_passes=1; shift ;;
 	--soak) soak=$2; shift 2 ;;
 	--out) out=$2; shift 2 ;;
 	*) echo "usage: $0 [--seconds N] [--clients \"8 32 128\"] [--smoke] [--soak SECONDS] [--out DIR]" >&2; exit 2 ;;
@@ -207,6 +209,11 @@ buy_script token.sql "$tok" token
 buy_script shards.sql "$sharded"
 buy_script cluster.sql "$clustered"
 buy_script soldout.sql "$gone"
+# row 5's control: a call of the same shape that does nothing, a set-returning
+# function of PostgreSQL's own (in C) with the same random text argument
+# (the goods, which the user's text never holds, as its delimiter: one row)
+printf '%s\n' '\set u random(1, 1000000000000000000)' \
+	"SELECT status FROM pg_catalog.string_to_table('u' || :u, '$gone') AS t(status);" >"$work/control.sql"
 cat >"$work/lock.sql" <<SQL
 SELECT seckill_lock('bench-$run_id-' || :client_id) IS NOT NULL;
 SELECT seckill_unlock('bench-$run_id-' || :client_id);
@@ -320,6 +327,14 @@ for c in $clients; do
 	cell 4s on "$c" shards.sql
 	cell 5 on "$c" soldout.sql
 	cell 5j on "$c" queue_join.sql
+done
+# row 5 against its control, alternated three times (once with --smoke), at
+# 32 clients (or the first count of clients asked for): 5c1 5s1 5c2 5s2 5c3 5s3
+control_clients=32
+[[ " $clients " == *" 32 "* ]] || control_clients=${clients%% *}
+for pass in $(seq 1 "${control_passes:-3}"); do
+	cell "5c$pass" on "$control_clients" control.sql
+	cell "5s$pass" on "$control_clients" soldout.sql
 done
 read -r p1 r1 t1 c1 <<<"$(counters)"
 # storefront reads while a sale runs: 4 buyers all along the four cells
@@ -659,6 +674,15 @@ purchases=$((p1 - p0))
 	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
 	table "1 2 3 4 5 6a 6b" "SELECT 1;naive UPDATE + INSERT;SELECT FOR UPDATE, UPDATE, INSERT;seckill_buy, stock lasts;seckill_buy, sold out;Redis alone, buy.lua;Redis alone, buy.lua, pipeline 16" "1 2" 1
 	echo
+	echo "The sold-out answer (row 5) against a call of the same shape that does nothing (\`string_to_table\`"
+	echo "with the same random text argument), each pass the two alternated, at $control_clients clients:"
+	echo
+	echo "| pass | the control, calls/s | row 5, calls/s | × the control |"
+	echo "|---|---:|---:|---:|"
+	awk -v c="$control_clients" '$2 == "on" && $3 == c && $1 ~ /^5[cs][123]$/ { t[$1] = $4 }
+		END { for (p = 1; p <= 3; p++) if (("5c" p) in t && ("5s" p) in t)
+			printf "| %d | %s | %s | %.2f |\n", p, t["5c" p], t["5s" p], t["5s" p] / t["5c" p] }' "$results"
+	echo
 	echo "Storefront reads of row 4's campaign while 4 more clients buy from it:"
 	echo
 	echo "| row | read | clients | calls/s | p50 ms | p99 ms | × row 1s |"
@@ -835,6 +859,15 @@ awk '
 		}
 		if (("4 on 128") in t)
 			target("row 4 >= 15x row 2 at 128 clients (" sprintf("%.1fx", t["4 on 128"] / t["2 on 128"]) ")", t["4 on 128"] >= 15 * t["2 on 128"])
+	}' "$results"
+# the sold-out answer against its control: the median of the three passes
+awk -v c="$control_clients" '$2 == "on" && $3 == c && $1 ~ /^5[cs][123]$/ { t[$1] = $4 }
+	END {
+		n = 0
+		for (p = 1; p <= 3; p++) if (("5c" p) in t && ("5s" p) in t && t["5c" p] > 0) r[++n] = t["5s" p] / t["5c" p]
+		if (n < 3) exit
+		for (i = 1; i <= 3; i++) for (j = i + 1; j <= 3; j++) if (r[j] < r[i]) { x = r[i]; r[i] = r[j]; r[j] = x }
+		printf "  %-44s %s\n", sprintf("row 5 >= 0.95x its control at %d clients, median of 3 (%.2fx)", c, r[2]), (r[2] >= 0.95 ? "met" : "NOT met")
 	}' "$results"
 # a join's cost against a sold-out answer's: the machine's CPU a call (at 32
 # clients neither cell fills the cores, and a join's calls/s are bounded by

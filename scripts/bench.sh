@@ -703,10 +703,10 @@ purchases=$((p1 - p0))
 	echo "Kendall's tau: the people who joined after the start and bought, their order of purchase against their"
 	echo "order of joining:"
 	echo
-	echo "| waiting room | arrivals | items | items sold | bots' items | bots' share of items | bots' share of buyers | Kendall's tau | such people |"
-	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
-	awk -v stock="$fair_stock" '{ printf "| %s | %s | %d | %s | %s | %.1f %% | %.1f %% | %s | %s |\n", ($1 == "none" ? "no" : "yes"),
-		($1 == "fifo" ? "after the start" : "−5 s to +10 s"), stock, $2, $3, 100 * $4, 100 * $5, $6, ($1 == "none" ? "–" : $7) }' \
+	echo "| waiting room | arrivals | items | items sold | bots' items | bots' share of items | bots' share of buyers | Kendall's tau | such people | calls failed |"
+	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+	awk -v stock="$fair_stock" '{ printf "| %s | %s | %d | %s | %s | %.1f %% | %.1f %% | %s | %s | %s |\n", ($1 == "none" ? "no" : "yes"),
+		($1 == "fifo" ? "after the start" : "−5 s to +10 s"), stock, $2, $3, 100 * $4, 100 * $5, $6, ($1 == "none" ? "–" : $7), $8 }' \
 		"$work/fairness.txt"
 	echo
 	echo "What each traffic feature costs a purchase (row 4 on a campaign with it):"

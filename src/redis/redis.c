@@ -125,6 +125,8 @@ tls_settings(void)
 /*
  * After a configuration reload: reconnect when the Redis settings changed,
  * and retry at once when disconnected, since the new settings may be the fix.
+ * A disconnection for new settings is no failure: the next request connects
+ * at once, without the back-off of a connection that never proved usable.
  */
 void
 sk_redis_reload(void)
@@ -143,23 +145,24 @@ sk_redis_reload(void)
 		}
 		conn_sentinel_password_file = MemoryContextStrdup(TopMemoryContext, seckill_redis_sentinel_password_file);
 	}
+	if (sk_connected &&
+		(sk_conn_cluster != seckill_redis_cluster ||
+		 strcmp(conn_sentinels, seckill_redis_sentinels) != 0 ||
+		 strcmp(conn_master_name, seckill_redis_master_name) != 0 ||
+		 (!sk_sentinel_enabled() &&
+		  (strcmp(sk_conn_host, seckill_redis_host) != 0 || sk_conn_port != seckill_redis_port)) ||
+		 strcmp(conn_user, seckill_redis_user) != 0 ||
+		 strcmp(conn_password_file, seckill_redis_password_file) != 0 ||
+		 strcmp(conn_tls, tls_settings()) != 0))
+	{
+		sk_sentinel_close();
+		sk_redis_disconnect("the Redis settings changed");
+	}
 	if (!sk_connected)
 	{
 		next_attempt = 0;
 		backoff_ms = 0;
 		sk_conn_lost_at = 0;
-	}
-	else if (sk_conn_cluster != seckill_redis_cluster ||
-			 strcmp(conn_sentinels, seckill_redis_sentinels) != 0 ||
-			 strcmp(conn_master_name, seckill_redis_master_name) != 0 ||
-			 (!sk_sentinel_enabled() &&
-			  (strcmp(sk_conn_host, seckill_redis_host) != 0 || sk_conn_port != seckill_redis_port)) ||
-			 strcmp(conn_user, seckill_redis_user) != 0 ||
-			 strcmp(conn_password_file, seckill_redis_password_file) != 0 ||
-			 strcmp(conn_tls, tls_settings()) != 0)
-	{
-		sk_sentinel_close();
-		sk_redis_disconnect("the Redis settings changed");
 	}
 }
 

@@ -14,6 +14,9 @@
 #include "store/store.h"
 #include "utils/builtins.h"
 #include "utils/inet.h"
+#include "utils/inval.h"
+#include "utils/memutils.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 /* A text argument that is a user or goods id: not null, not empty, not too long. */
@@ -72,23 +75,86 @@ seckill_client_addr(FunctionCallInfo fcinfo, int argno, char *out, size_t len)
 }
 
 /*
- * The row type of a function's result, blessed once per call site: for the
- * hot paths (a purchase, a poll of the waiting room).
+ * The row types of the functions' results, blessed once per backend and
+ * function: the executor gives a function in FROM a new FmgrInfo at every
+ * execution, so fn_extra alone would build the descriptor again at every
+ * call of a hot path (a purchase, a sold-out answer, a poll of the waiting
+ * room) from pg_proc's argument arrays.  A change to pg_proc has them
+ * checked again; one that is still right is kept (a call's fn_extra may
+ * point to it).
  */
+typedef struct ResultDesc
+{
+	Oid			fn_oid;
+	bool		checked;
+	TupleDesc	desc;
+} ResultDesc;
+
+#define RESULT_DESCS 8
+
+static ResultDesc result_descs[RESULT_DESCS];
+static int	n_result_descs = 0;
+
+/* the same columns: names and types (a blessed copy differs in its typmod) */
+static bool
+same_columns(TupleDesc a, TupleDesc b)
+{
+	if (a->natts != b->natts)
+		return false;
+	for (int i = 0; i < a->natts; i++)
+		if (TupleDescAttr(a, i)->atttypid != TupleDescAttr(b, i)->atttypid ||
+			namestrcmp(&TupleDescAttr(a, i)->attname, NameStr(TupleDescAttr(b, i)->attname)) != 0)
+			return false;
+	return true;
+}
+
+static void
+check_result_descs_again(Datum arg, int cacheid, uint32 hashvalue)
+{
+	for (int i = 0; i < n_result_descs; i++)
+		result_descs[i].checked = false;
+}
+
 TupleDesc
 seckill_result_desc(FunctionCallInfo fcinfo)
 {
-	if (fcinfo->flinfo->fn_extra == NULL)
-	{
-		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
-		TupleDesc	desc;
+	static bool callback_registered = false;
+	Oid			fn_oid = fcinfo->flinfo->fn_oid;
+	ResultDesc *kept = NULL;
+	MemoryContext old;
+	TupleDesc	desc;
 
+	if (fcinfo->flinfo->fn_extra != NULL)
+		return (TupleDesc) fcinfo->flinfo->fn_extra;
+	for (int i = 0; i < n_result_descs; i++)
+		if (result_descs[i].fn_oid == fn_oid)
+			kept = &result_descs[i];
+	if (kept == NULL || !kept->checked)
+	{
+		if (!callback_registered)
+		{
+			CacheRegisterSyscacheCallback(PROCOID, check_result_descs_again, (Datum) 0);
+			callback_registered = true;
+		}
 		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 			elog(ERROR, "return type must be a row type");
-		fcinfo->flinfo->fn_extra = BlessTupleDesc(CreateTupleDescCopy(desc));
-		MemoryContextSwitchTo(old);
+		if (kept == NULL || !same_columns(desc, kept->desc))
+		{
+			bool		keep = kept != NULL || n_result_descs < RESULT_DESCS;
+
+			old = MemoryContextSwitchTo(keep ? TopMemoryContext : fcinfo->flinfo->fn_mcxt);
+			desc = BlessTupleDesc(CreateTupleDescCopy(desc));
+			MemoryContextSwitchTo(old);
+			if (!keep)
+				return (TupleDesc) (fcinfo->flinfo->fn_extra = desc);
+			if (kept == NULL)
+				kept = &result_descs[n_result_descs++];
+			kept->fn_oid = fn_oid;
+			kept->desc = desc;
+		}
+		kept->checked = true;
 	}
-	return (TupleDesc) fcinfo->flinfo->fn_extra;
+	return (TupleDesc) (fcinfo->flinfo->fn_extra = kept->desc);
 }
 
 /* Ask the worker; turn failures into ERRORs a DBA can act on. */

@@ -47,6 +47,8 @@ typedef struct LinePace
 	TimestampTz expired_at;		/* when the expired passes were last counted */
 	int64		tickets_through;	/* every ticket up to it is in the shared
 									 * table (or found no room there) */
+	int64		early_kept;		/* early joins put in the shared table */
+	bool		put_failed;		/* a place found no room there */
 	TimestampTz full_until;		/* the passes out filled the stock left: look
 								 * again then */
 } LinePace;
@@ -259,6 +261,52 @@ first_of_user(const SkJoin *joins, int n)
 }
 
 /*
+ * Does the shared table of tickets hold every place of the line?  Then a
+ * buyer it does not know has none, and the worker, which gives every place
+ * and puts each in the table once committed, need not look in PostgreSQL.
+ * (A buyer it knows is looked up all the same: the table keeps a hash.)
+ */
+static bool
+all_places_kept(const SeckillCampaign *c, const SeckillLine *line)
+{
+	const LinePace *pace = pace_of(c->row.id);
+
+	return !pace->put_failed && pace->tickets_through >= line->last &&
+		(line->drawn || pace->early_kept == line->early);
+}
+
+/*
+ * Inside a transaction: of the round's joins, those whose buyers held a
+ * place before (held, with its ticket).
+ */
+static void
+find_places_held(SkJoin *joins, SeckillCampaign **campaigns, SeckillLine **lines, int n)
+{
+	SkJoin	   *asked = palloc(sizeof(SkJoin) * n);
+	int		   *at = palloc(sizeof(int) * n);
+	int			m = 0;
+
+	for (int k = 0; k < n; k++)
+	{
+		joins[k].held = false;
+		joins[k].ticket = 0;
+		if (all_places_kept(campaigns[k], lines[k]) &&
+			seckill_ticket_find(&campaigns[k]->row, joins[k].user_id) == 0)
+			continue;
+		asked[m] = joins[k];
+		at[m++] = k;
+	}
+	if (m == 0)
+		return;
+	store_queue_places_held(asked, m);
+	for (int i = 0; i < m; i++)
+	{
+		joins[at[i]].held = asked[i].held;
+		joins[at[i]].ticket = asked[i].ticket;
+	}
+}
+
+/*
  * Inside a transaction: the round's joins take their places, each ticket
  * (0: none until the draw) into its reply.  A user who holds a place is told
  * it; a new place gets the next ticket of its line in the order the joins
@@ -269,6 +317,7 @@ static void
 take_places(RoundItem *items, int nitems, Touched *touched, int *ntouched, TimestampTz now)
 {
 	SkJoin	   *joins = palloc(sizeof(SkJoin) * nitems);
+	SeckillCampaign **campaigns = palloc(sizeof(SeckillCampaign *) * nitems);
 	SeckillLine **lines = palloc(sizeof(SeckillLine *) * nitems);
 	int		   *from = palloc(sizeof(int) * nitems);
 	int		   *first;
@@ -284,13 +333,14 @@ take_places(RoundItem *items, int nitems, Touched *touched, int *ntouched, Times
 		lines[n] = touched_line(touched, ntouched, c);
 		if (now >= c->row.starts_at && !lines[n]->drawn)
 			draw(c, lines[n]);
+		campaigns[n] = c;
 		joins[n].campaign_id = c->row.id;
 		joins[n].user_id = items[i].request.user_id;
 		from[n++] = i;
 	}
 	if (n == 0)
 		return;
-	store_queue_places_held(joins, n);
+	find_places_held(joins, campaigns, lines, n);
 	first = first_of_user(joins, n);
 	for (int k = 0; k < n; k++)
 	{
@@ -328,15 +378,19 @@ keep_ticket(const RoundItem *item)
 
 	if (item->reply.values[1] == 0 || c == NULL)
 		return;					/* a second join; a campaign closed meanwhile */
+	pace = pace_of(c->row.id);
 	if (ticket == 0)
 	{
-		(void) seckill_ticket_put(&c->row, item->request.user_id, SECKILL_TICKET_EARLY);
+		if (seckill_ticket_put(&c->row, item->request.user_id, SECKILL_TICKET_EARLY))
+			pace->early_kept++;
+		else
+			pace->put_failed = true;
 		return;
 	}
-	pace = pace_of(c->row.id);
 	if (pace->tickets_through != ticket - 1)
 		return;
-	(void) seckill_ticket_put(&c->row, item->request.user_id, ticket);
+	if (!seckill_ticket_put(&c->row, item->request.user_id, ticket))
+		pace->put_failed = true;
 	pace->tickets_through = ticket;
 }
 
@@ -352,7 +406,8 @@ keep_tickets(const SeckillCampaign *c, LinePace *pace)
 	int			n = store_queue_tickets(c->row.id, pace->tickets_through, TICKETS_PAGE, &users, &tickets);
 
 	for (int i = 0; i < n; i++)
-		(void) seckill_ticket_put(&c->row, users[i], tickets[i]);
+		if (!seckill_ticket_put(&c->row, users[i], tickets[i]))
+			pace->put_failed = true;
 	if (n > 0)
 		pace->tickets_through = tickets[n - 1];
 }
@@ -560,7 +615,11 @@ sk_waiting_room_tick(void)
 	{
 		seckill_tickets_clear();
 		for (int i = 0; sk_worker.waiting_room.paces != NULL && i < seckill_max_campaigns; i++)
+		{
 			sk_worker.waiting_room.paces[i].tickets_through = 0;
+			sk_worker.waiting_room.paces[i].early_kept = 0;
+			sk_worker.waiting_room.paces[i].put_failed = false;
+		}
 	}
 }
 

@@ -49,6 +49,14 @@ is "$(join early-7 "$room")" "waiting||" "a join before the start waits without 
 is "$(join early-7 "$room")" "waiting||" "a second join answers the same place"
 is "$(psql_val "SELECT count(*) FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id
 	WHERE c.goods = '$room' AND p.ticket IS NULL")" 30 "30 early places, none numbered yet"
+# a restart empties the shared table of tickets, and the worker reads the
+# early places again only at the draw: a second join goes to the worker,
+# which looks it up in seckill.queue_places
+seckill_pg_restart
+seckill_wait_for "[ -n \"\$(seckill_worker_pid 2>/dev/null)\" ]" 30
+is "$(join early-9 "$room")" "waiting||" "after a restart, a second join before the start answers the same place"
+is "$(psql_val "SELECT count(*) FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id
+	WHERE c.goods = '$room'")" 30 "and takes no place more"
 is "$(buy early-1 "$room")" not_started "a purchase before the start: not_started"
 seckill_wait_for "[ \"\$(psql_val \"SELECT seckill_storefront_json('$room')::jsonb->>'queue_length'\")\" = 30 ]" 5
 ok "[ $? -eq 0 ]" "the storefront shows the line's length: 30"
@@ -267,6 +275,17 @@ is "$(psql_val "SELECT count(*) FILTER (WHERE s.state = 'admitted' AND p.ticket 
 		seckill_queue_status(p.user_id, '$small') s WHERE c.goods = '$small'")" "100 $((joined - 100)) $joined" \
 	"each is told its place: tickets 1..100 admitted, the others waiting at ticket - 100"
 ok "[ \$((\$(scans) - before)) -ge $((joined - 64)) ]" "at least $((joined - 64)) of those polls read the table"
+# joining again: a buyer the table has no room for goes to the worker, which
+# must look the place up in seckill.queue_places, not take the table's
+# silence for none
+sevenths=$(psql_val "SELECT count(*) FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id
+	WHERE c.goods = '$small' AND p.ticket % 7 = 0")
+is "$(psql_val "SELECT count(*) FILTER (WHERE j.ticket = p.ticket) || ' ' || count(*)
+	FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id,
+		LATERAL seckill_queue_join(p.user_id, '$small') j WHERE c.goods = '$small' AND p.ticket % 7 = 0" 2>&1)" \
+	"$sevenths $sevenths" "each of $sevenths buyers joining again is told the place it holds"
+is "$(psql_val "SELECT count(*) FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id
+	WHERE c.goods = '$small'")" "$joined" "and the line has no place more"
 psql_val "ALTER SYSTEM RESET seckill.queue_tickets" >/dev/null
 seckill_pg_restart
 

@@ -119,6 +119,7 @@ TupleDesc
 seckill_result_desc(FunctionCallInfo fcinfo)
 {
 	static bool callback_registered = false;
+	static int	next_reused = 0;
 	Oid			fn_oid = fcinfo->flinfo->fn_oid;
 	ResultDesc *kept = NULL;
 	MemoryContext old;
@@ -136,23 +137,30 @@ seckill_result_desc(FunctionCallInfo fcinfo)
 			CacheRegisterSyscacheCallback(PROCOID, check_result_descs_again, (Datum) 0);
 			callback_registered = true;
 		}
+		if (kept != NULL)
+			kept->checked = true;	/* (a change meanwhile has it checked again) */
 		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 			elog(ERROR, "return type must be a row type");
 		if (kept == NULL || !same_columns(desc, kept->desc))
 		{
-			bool		keep = kept != NULL || n_result_descs < RESULT_DESCS;
-
-			old = MemoryContextSwitchTo(keep ? TopMemoryContext : fcinfo->flinfo->fn_mcxt);
+			/*
+			 * A new one, or one changed.  The one it replaces stays allocated:
+			 * a call's fn_extra may still point to it.  (Beyond RESULT_DESCS
+			 * functions, the functions of an extension created again, say, a
+			 * slot is taken over in turn.)
+			 */
+			old = MemoryContextSwitchTo(TopMemoryContext);
 			desc = BlessTupleDesc(CreateTupleDescCopy(desc));
 			MemoryContextSwitchTo(old);
-			if (!keep)
-				return (TupleDesc) (fcinfo->flinfo->fn_extra = desc);
 			if (kept == NULL)
-				kept = &result_descs[n_result_descs++];
-			kept->fn_oid = fn_oid;
+			{
+				kept = n_result_descs < RESULT_DESCS ? &result_descs[n_result_descs++]
+					: &result_descs[next_reused++ % RESULT_DESCS];
+				kept->fn_oid = fn_oid;
+				kept->checked = true;
+			}
 			kept->desc = desc;
 		}
-		kept->checked = true;
 	}
 	return (TupleDesc) (fcinfo->flinfo->fn_extra = kept->desc);
 }

@@ -48,7 +48,8 @@ typedef struct LinePace
 	int64		tickets_through;	/* every ticket up to it is in the shared
 									 * table (or found no room there) */
 	int64		early_kept;		/* early joins put in the shared table */
-	bool		put_failed;		/* a place found no room there */
+	bool		put_failed;		/* a place found no room there, or one the
+								 * worker did not give was met */
 	TimestampTz full_until;		/* the passes out filled the stock left: look
 								 * again then */
 } LinePace;
@@ -264,7 +265,9 @@ first_of_user(const SkJoin *joins, int n)
  * Does the shared table of tickets hold every place of the line?  Then a
  * buyer it does not know has none, and the worker, which gives every place
  * and puts each in the table once committed, need not look in PostgreSQL.
- * (A buyer it knows is looked up all the same: the table keeps a hash.)
+ * (A buyer it knows is looked up all the same: the table keeps a hash.)  A
+ * place written in SQL past the worker shows as a round's unique violation,
+ * and the line's buyers are looked up from then on (put_failed).
  */
 static bool
 all_places_kept(const SeckillCampaign *c, const SeckillLine *line)
@@ -272,7 +275,7 @@ all_places_kept(const SeckillCampaign *c, const SeckillLine *line)
 	const LinePace *pace = pace_of(c->row.id);
 
 	return !pace->put_failed && pace->tickets_through >= line->last &&
-		(line->drawn || pace->early_kept == line->early);
+		(line->drawn ? line->early == 0 : pace->early_kept == line->early);
 }
 
 /*
@@ -454,6 +457,9 @@ sk_waiting_room_join(RoundItem *items, int nitems)
 
 				seckill_reply_error(&items[i].reply, SK_ERR_INVALID, "%s", edata->message);
 				items[i].reply.sqlerrcode = edata->sqlerrcode;
+				/* a place the worker did not give (written in SQL): look them all up */
+				if (c != NULL && edata->sqlerrcode == ERRCODE_UNIQUE_VIOLATION)
+					pace_of(c->row.id)->put_failed = true;
 				/* read again before the next join: nothing of this round is */
 				if (c != NULL && c->line.loaded)
 				{

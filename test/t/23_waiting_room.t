@@ -217,6 +217,20 @@ is "$(cat "$SECKILL_TMP"/same.? | sort -u | psql -XAtq -v ON_ERROR_STOP=1 -c "CR
 is "$(psql_val "SELECT count(*) = max(ticket) AND count(DISTINCT ticket) = count(*)
 	FROM seckill.queue_places p JOIN seckill.campaigns c ON c.id = p.campaign_id WHERE c.goods = '$other'")" t \
 	"still numbered without a gap"
+# places written in SQL past the worker (by a DBA, say) are not in the
+# shared table: the round that meets one fails, and the worker looks every
+# buyer of the line up from then on
+psql_val "UPDATE seckill.queue_places p SET user_id = 'renamed' FROM seckill.campaigns c
+	WHERE c.id = p.campaign_id AND c.goods = '$other' AND p.user_id = 'same-5'" >/dev/null
+join renamed "$other" >/dev/null 2>&1
+is "$(join renamed "$other" 2>&1 | cut -d'|' -f3)" "$(psql_val "SELECT p.ticket FROM seckill.queue_places p
+	JOIN seckill.campaigns c ON c.id = p.campaign_id WHERE c.goods = '$other' AND p.user_id = 'renamed'")" \
+	"a place given to another buyer by hand: that buyer's next join is told it"
+psql_val "INSERT INTO seckill.queue_places (campaign_id, user_id, ticket, joined_at)
+	SELECT id, 'by-hand', NULL, now() FROM seckill.campaigns WHERE goods = '$other'" >/dev/null
+join by-hand "$other" >/dev/null 2>&1
+is "$(join by-hand "$other" 2>&1)" "waiting||" "a place written by hand: the buyer's next join is told it"
+is "$(join after-hand "$other" 2>&1 | cut -d'|' -f1)" waiting "and the line goes on"
 
 # browsers as examples/python/waiting_room.py runs them: 80 buyers polling
 # every 0.2 s for 20 items; the first 20 in line buy, the rest read sold_out

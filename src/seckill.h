@@ -30,7 +30,7 @@
  * every change to the library alone.  The Debian package has this version;
  * SHOW seckill.library_version reports it.
  */
-#define SECKILL_LIBRARY_VERSION SECKILL_SQL_VERSION ".1"
+#define SECKILL_LIBRARY_VERSION SECKILL_SQL_VERSION ".2"
 
 /* Documented limits of ids, in bytes. */
 #define SECKILL_MAX_USER_LEN	128

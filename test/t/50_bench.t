@@ -33,8 +33,11 @@ for fault in 'Redis restarted empty' 'SIGKILL of the JVM, shop started again'; d
 done
 ok "grep -Eq '^\\| yes \\| after the start \\| [0-9]+ \\| [0-9]+ \\| [0-9]+ \\|' '$out/results.md' && grep -Eq '^\\| no \\| [^|]+ \\| [0-9]+ \\| [0-9]+ \\|' '$out/results.md'" \
 	"the fairness of people and bots is measured, without the waiting room and with it"
-ok "grep -Eq '^\\| 1 \\| [0-9]+ \\| [0-9]+ \\| [0-9]+\\.[0-9]+ \\|\$' '$out/results.md'" \
+# (each pass table: its heading, a blank line, the header and the rule, the passes)
+ok "grep -A5 '^The sold-out answer (row 5) against' '$out/results.md' | grep -Eq '^\\| 1 \\| [0-9]+ \\| [0-9]+ \\| [0-9]+\\.[0-9]+ \\|\$'" \
 	"the sold-out answer is measured against its control"
+ok "grep -A4 '^The poll (1q) against its control' '$out/results.md' | grep -Eq '^\\| 1 \\| [0-9]+ \\| [0-9]+ \\| [0-9]+\\.[0-9]+ \\|\$'" \
+	"the poll is measured against its control, the two alternated"
 # row 4's CPU line: the worker and Redis worked for it, row 1's worker hardly
 ok "grep -Eq '^\\| 4 \\| 8 \\| [0-9]+ \\| [0-9]*[1-9][0-9]*\\.[0-9] \\| [0-9]*[1-9][0-9]*\\.[0-9] \\|' '$out/results.md'" \
 	"the CPU of row 4 is accounted: the worker's and Redis' per call"

@@ -272,12 +272,12 @@ machine_ticks() { # busy idle stolen context-switches
 pass_ratios() {
 	awk -v c="$control_clients" -v row="$1" -v ctl="$2" '$2 == "on" && $3 == c { t[$1] = $4 }
 		END { for (p = 1; p <= 3; p++) if ((ctl p) in t && (row p) in t && t[ctl p] > 0)
-			printf "%d %s %s %.4f\n", p, t[ctl p], t[row p], t[row p] / t[ctl p] }' "$results"
+			printf "%d %s %s %.6f\n", p, t[ctl p], t[row p], t[row p] / t[ctl p] }' "$results"
 }
 # pass_target row control least label: the target line of the median of
 # three passes (none with --smoke's one)
 pass_target() {
-	pass_ratios "$1" "$2" | sort -k4,4g | awk -v least="$3" -v label="$4" '
+	pass_ratios "$1" "$2" | LC_ALL=C sort -k4,4g | awk -v least="$3" -v label="$4" '
 		NR == 2 { m = $4 }
 		END { if (NR == 3) printf "  %-44s %s\n", sprintf("%s (%.2fx)", label, m), (m >= least ? "met" : "NOT met") }'
 }

@@ -274,6 +274,12 @@ pass_ratios() {
 		END { for (p = 1; p <= 3; p++) if ((ctl p) in t && (row p) in t && t[ctl p] > 0)
 			printf "%d %s %s %.6f\n", p, t[ctl p], t[row p], t[row p] / t[ctl p] }' "$results"
 }
+# pass_table row control row_name: the table of the passes
+pass_table() {
+	echo "| pass | the control, calls/s | $3, calls/s | × the control |"
+	echo "|---|---:|---:|---:|"
+	pass_ratios "$1" "$2" | awk '{ printf "| %d | %s | %s | %.2f |\n", $1, $2, $3, $4 }'
+}
 # pass_target row control least label: the target line of the median of
 # three passes (none with --smoke's one)
 pass_target() {
@@ -699,9 +705,7 @@ purchases=$((p1 - p0))
 	echo "The sold-out answer (row 5) against a call of the same shape that does nothing (\`string_to_table\`"
 	echo "with the same random text argument), each pass the two alternated, at $control_clients clients:"
 	echo
-	echo "| pass | the control, calls/s | row 5, calls/s | × the control |"
-	echo "|---|---:|---:|---:|"
-	pass_ratios 5s 5c | awk '{ printf "| %d | %s | %s | %.2f |\n", $1, $2, $3, $4 }'
+	pass_table 5s 5c "row 5"
 	echo
 	echo "Storefront reads of row 4's campaign while 4 more clients buy from it:"
 	echo
@@ -718,9 +722,7 @@ purchases=$((p1 - p0))
 	echo
 	echo "The poll (1q) against its control (1n), each pass the two alternated, at $control_clients clients:"
 	echo
-	echo "| pass | the control, calls/s | the poll, calls/s | × the control |"
-	echo "|---|---:|---:|---:|"
-	pass_ratios 1q 1n | awk '{ printf "| %d | %s | %s | %.2f |\n", $1, $2, $3, $4 }'
+	pass_table 1q 1n "the poll"
 	echo
 	echo "Fairness (scripts/fairness.py): $fair_people people (buy once on arrival; or join, poll every second and"
 	echo "buy once admitted) and $fair_bots bots (seckill_buy 50 times a second), arriving alike from 5 s before the"

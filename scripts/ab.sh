@@ -4,9 +4,10 @@
 # with the rate limits of bench.sh's row 4r, 4t with its one-time tokens) with the
 # library built from REF (A) and from the work tree (B), alternated on one
 # pair of servers: each pass installs A, restarts PostgreSQL, measures,
-# then the same with B.  Prints each cell's purchases/s and the machine's
-# CPU per purchase (/proc/stat around the cell), the purchases a commit
-# (seckill.worker_counters()) and p99, their medians, and B/A.
+# then the same with B.  Prints each cell's purchases/s, the machine's CPU
+# and context switches per purchase (/proc/stat around the cell), the
+# purchases a commit (seckill.worker_counters()) and p99, their medians,
+# and B/A.
 # A change of speed is measured here, not assumed; both sides must expect
 # the same version of the extension's SQL.  Starts its own servers, on a
 # free slot of ports (or SECKILL_PG_PORT, SECKILL_REDIS_PORT).
@@ -80,7 +81,8 @@ warm_buy() {
 	[ "$row" = 4t ] && token=", 1, seckill_token('$1', 'ab-stock')"
 	psql -XAtq -c "SELECT status FROM seckill_buy('$1', 'ab-stock'$token)" 2>/dev/null
 }
-busy_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
+# the machine's busy ticks and context switches so far
+machine_counts() { awk '$1 == "cpu" { t = $2 + $3 + $4 + $7 + $8 } $1 == "ctxt" { x = $2 } END { print t, x }' /proc/stat; }
 commits() { psql -XAtq -c 'SELECT commits FROM seckill.worker_counters()'; }
 hz=$(getconf CLK_TCK)
 
@@ -92,27 +94,27 @@ put_library() {
 
 # side: install its library, restart, wait for the worker, measure
 cell() {
-	local side=$1 pass=$2 b0 b1 c0 c1 calls figures
+	local side=$1 pass=$2 b0 b1 x0 x1 c0 c1 calls figures
 	put_library "$work/$side.so"
 	seckill_pg_restart
 	seckill_wait_for '[ -n "$(seckill_worker_pid)" ]' 30
 	# one purchase first: the worker has loaded its cache and reached Redis
 	seckill_wait_for "[ \"\$(warm_buy warm-$side-$pass)\" = ok ]" 30
 	c0=$(commits)
-	b0=$(busy_ticks)
+	read -r b0 x0 < <(machine_counts)
 	figures=$(seckill_pgbench "$work/$side-$pass" "$clients" "$seconds" "$work/buy.sql") ||
 		{ cat "$work/$side-$pass/pgbench.out" >&2; exit 1; }
-	b1=$(busy_ticks)
+	read -r b1 x1 < <(machine_counts)
 	c1=$(commits)
 	calls=$(sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' "$work/$side-$pass/pgbench.out")
 	awk -v s="$side" -v p="$pass" -v c="$calls" -v b="$((b1 - b0))" -v hz="$hz" -v k="$((c1 - c0))" \
-		-v f="$figures" 'BEGIN {
+		-v f="$figures" -v x="$((x1 - x0))" 'BEGIN {
 			split(f, v, " ")
-			printf "%s %s %d %.1f %.1f %s\n", s, p, v[1], b / hz * 1e6 / c, c / (k > 0 ? k : 1), v[4]
+			printf "%s %s %d %.1f %.1f %s %.2f\n", s, p, v[1], b / hz * 1e6 / c, c / (k > 0 ? k : 1), v[4], x / c
 		}' >>"$work/cells"
 	tail -1 "$work/cells" | awk '{
-		printf "  pass %s, %s: %6d purchases/s, %6.1f µs of CPU a purchase, %4.1f purchases a commit, p99 %s ms\n",
-			$2, toupper($1), $3, $4, $5, $6 }' >&2
+		printf "  pass %s, %s: %6d purchases/s, %6.1f µs of CPU a purchase, %4.1f purchases a commit, p99 %s ms, %.2f switches a purchase\n",
+			$2, toupper($1), $3, $4, $5, $6, $7 }' >&2
 }
 
 echo "A/B: A = $ref ($(git -C "$tree" log -1 --format=%h)), B = the work tree; row $row, $clients clients, ${seconds}s a cell, $passes passes" >&2
@@ -129,14 +131,14 @@ awk '
 			for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
 		return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
 	}
-	{ n[$1]++; tps[$1, n[$1]] = $3; cpu[$1, n[$1]] = $4; per[$1, n[$1]] = $5; p99[$1, n[$1]] = $6 }
+	{ n[$1]++; tps[$1, n[$1]] = $3; cpu[$1, n[$1]] = $4; per[$1, n[$1]] = $5; p99[$1, n[$1]] = $6; sw[$1, n[$1]] = $7 }
 	END {
 		for (s in n) {
-			for (i = 1; i <= n[s]; i++) { t[i] = tps[s, i]; c[i] = cpu[s, i]; g[i] = per[s, i]; q[i] = p99[s, i] }
-			mt[s] = median(t, n[s]); mc[s] = median(c, n[s]); mg[s] = median(g, n[s]); mq[s] = median(q, n[s])
+			for (i = 1; i <= n[s]; i++) { t[i] = tps[s, i]; c[i] = cpu[s, i]; g[i] = per[s, i]; q[i] = p99[s, i]; w[i] = sw[s, i] }
+			mt[s] = median(t, n[s]); mc[s] = median(c, n[s]); mg[s] = median(g, n[s]); mq[s] = median(q, n[s]); mw[s] = median(w, n[s])
 		}
-		printf "| side | purchases/s | µs of CPU a purchase | purchases a commit | p99, ms |\n|---|---:|---:|---:|---:|\n"
-		printf "| A | %d | %.1f | %.1f | %.2f |\n", mt["a"], mc["a"], mg["a"], mq["a"]
-		printf "| B | %d | %.1f | %.1f | %.2f |\n", mt["b"], mc["b"], mg["b"], mq["b"]
-		printf "\nmedians; B/A: %.3f of the purchases/s, %.3f of the CPU a purchase\n", mt["b"] / mt["a"], mc["b"] / mc["a"]
+		printf "| side | purchases/s | µs of CPU a purchase | purchases a commit | p99, ms | switches a purchase |\n|---|---:|---:|---:|---:|---:|\n"
+		printf "| A | %d | %.1f | %.1f | %.2f | %.2f |\n", mt["a"], mc["a"], mg["a"], mq["a"], mw["a"]
+		printf "| B | %d | %.1f | %.1f | %.2f | %.2f |\n", mt["b"], mc["b"], mg["b"], mq["b"], mw["b"]
+		printf "\nmedians; B/A: %.3f of the purchases/s, %.3f of the CPU a purchase, %.3f of the switches a purchase\n", mt["b"] / mt["a"], mc["b"] / mc["a"], mw["b"] / mw["a"]
 	}' "$work/cells"

@@ -16,7 +16,8 @@ set -euo pipefail
 # (test/t/48_pgbouncer.t); postgres_exporter (test/t/62_exporter.t); the
 # Debian package's build and lintian (test/t/04_debian_package.t)
 SECKILL_PACKAGES+=(bash-builtins python3-psycopg default-jdk-headless libpostgresql-jdbc-java libhikaricp-java libslf4j-java
-	golang-go golang-github-jackc-pgx-v4-dev pgbouncer prometheus-postgres-exporter debhelper postgresql-server-dev-all lintian)
+	golang-go golang-github-jackc-pgx-v4-dev pgbouncer prometheus-postgres-exporter debhelper postgresql-server-dev-all lintian
+	linux-perf)
 command -v npm >/dev/null || SECKILL_PACKAGES+=(nodejs npm)
 seckill_install_deps
 # with the crash points of the fault tests (test/t/70_crash_points.t)

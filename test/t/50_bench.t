@@ -14,6 +14,14 @@ trap 'rm -rf "$out"' EXIT
 SECKILL_BENCH_FAULTS=1 bash "$SECKILL_ROOT/scripts/bench.sh" --smoke --out "$out" >"$out/bench.log" 2>&1
 ok "[ $? -eq 0 ]" "scripts/bench.sh --smoke ran" || diag "$(tail -30 "$out/bench.log")"
 ok "grep -q '^Invariants: no oversell, no double purchase' '$out/bench.log'" "its invariant check passed"
+# the switches' account: perf sees every process of the machine, this
+# file's neighbours' too, so only the purchase's own cause is judged
+bash "$SECKILL_ROOT/scripts/handoffs.sh" --clients 4 --seconds 1 >"$out/handoffs.md" 2>"$out/handoffs.log"
+ok "[ $? -eq 0 ]" "scripts/handoffs.sh ran" || diag "$(tail -30 "$out/handoffs.log")"
+ok "grep -Eq '^\\| backend \\| waits for its client \\| [0-9.]+ \\| [0-9.]+ \\|' '$out/handoffs.md'" \
+	"it finds the backends waiting for their client"
+ok "grep -Eq '^\\| backend \\| waits for the worker.s answer \\| [0-9.]+ \\| ([1-9]|0\\.[5-9])' '$out/handoffs.md'" \
+	"a purchase's caller waits for the worker's answer, at least every other call" || diag "$(cat "$out/handoffs.md")"
 for row in 1 1s 1f 1g 1j 1n 1q 2 3 4 4s 4c 5 5j 6a 6b 7a 7b 7c 7d 7e 7f 7g 7h; do
 	ok "grep -Eq '^\\| $row \\| .* \\| 8 \\| [0-9]+ \\|' '$out/results.md'" "row $row measured"
 done

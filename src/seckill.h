@@ -30,7 +30,7 @@
  * every change to the library alone.  The Debian package has this version;
  * SHOW seckill.library_version reports it.
  */
-#define SECKILL_LIBRARY_VERSION SECKILL_SQL_VERSION ".2"
+#define SECKILL_LIBRARY_VERSION SECKILL_SQL_VERSION ".3"
 
 /* Documented limits of ids, in bytes. */
 #define SECKILL_MAX_USER_LEN	128
@@ -123,6 +123,7 @@ extern char *seckill_redis_master_name;
 extern bool seckill_redis_cluster;
 extern char *seckill_database;
 extern int	seckill_request_timeout;
+extern bool seckill_caller_sched_batch;
 extern int	seckill_redis_timeout;
 extern int	seckill_audit_interval;
 extern int	seckill_batch_size;

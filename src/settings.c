@@ -29,6 +29,7 @@ char	   *seckill_redis_master_name = NULL;
 bool		seckill_redis_cluster = false;
 char	   *seckill_database = NULL;
 int			seckill_request_timeout = 5000;
+bool		seckill_caller_sched_batch = true;
 int			seckill_redis_timeout = 1000;
 int			seckill_audit_interval = 1000;
 int			seckill_batch_size = 1000;
@@ -207,6 +208,11 @@ seckill_define_gucs(void)
 							"A purchase that times out may still complete; seckill_order() tells.",
 							&seckill_request_timeout, 5000, 10, 3600 * 1000,
 							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomBoolVariable("seckill.caller_sched_batch",
+							 "Whether a session that waits for the worker runs under Linux's SCHED_BATCH policy.",
+							 "Its wake-up then does not preempt the worker, which is waking the round's other callers.  Only a session under the default policy is switched; off, it goes back at its next call.",
+							 &seckill_caller_sched_batch, true,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("seckill.redis_timeout",
 							"How long the worker waits for Redis to connect or answer.",
 							"Keep it well below seckill.request_timeout.",

@@ -11,6 +11,7 @@
 
 #ifdef __linux__
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -408,6 +409,41 @@ answer_wait(SeckillSlot *slot, uint32 answers, long timeout_ms)
 #endif
 }
 
+/*
+ * While seckill.caller_sched_batch is on, a caller about to sleep for its
+ * answer switches its session to Linux's SCHED_BATCH, once: a task woken
+ * under it does not preempt the one running.  The worker wakes a round's
+ * callers one after another; each woken under the default policy preempted
+ * it at once, before it woke the next or read Redis (0.15 to 0.2 context
+ * switches a purchase, docs/PERFORMANCE.md).  Only the default policy is
+ * changed: a policy the server was given (chrt) is left alone.  Turned off,
+ * the session goes back to the default policy at its next call.
+ */
+static void
+caller_scheduling(void)
+{
+#if defined(__linux__) && defined(SCHED_BATCH)
+	static enum
+	{
+		POLICY_UNTOUCHED,		/* the default policy, not changed yet */
+		POLICY_BATCH,			/* switched to SCHED_BATCH here */
+		POLICY_NOT_OURS			/* another policy, left alone */
+	}			policy = POLICY_UNTOUCHED;
+	struct sched_param param = {0};
+
+	if (seckill_caller_sched_batch && policy == POLICY_UNTOUCHED)
+	{
+		if (sched_getscheduler(0) != SCHED_OTHER)
+			policy = POLICY_NOT_OURS;
+		else if (sched_setscheduler(0, SCHED_BATCH, &param) == 0)
+			policy = POLICY_BATCH;
+	}
+	else if (!seckill_caller_sched_batch && policy == POLICY_BATCH &&
+			 sched_setscheduler(0, SCHED_OTHER, &param) == 0)
+		policy = POLICY_UNTOUCHED;
+#endif
+}
+
 /* Wake the caller of a slot answered (after its mutex). */
 static void
 answer_wake(SeckillSlot *slot)
@@ -473,6 +509,7 @@ seckill_call(const SeckillRequest *request)
 	worker_latch = seckill_shared->worker_latch;
 	if (worker_latch && pg_atomic_read_u32(&seckill_shared->worker_idle) != 0)
 		SetLatch(worker_latch);
+	caller_scheduling();
 
 	PG_TRY();
 	{

@@ -52,6 +52,32 @@ ok "grep -q 'number of failed transactions: 0' '$SALE_WORK/fresh.out' && grep -q
 	"160 calls of 40 fresh sessions all served"
 ok "! grep -q 'before it was made' '$SALE_WORK/fresh.out'" "none waited for a slot held by a request lost earlier"
 is "$(slots_in_use)" 0 "no slot in use after them"
+
+# seckill.caller_sched_batch: a session that waits for the worker runs under
+# SCHED_BATCH (policy 3 in /proc/PID/stat), back under the default (0) once
+# it is off; a policy the server was given (chrt) is left alone
+policy="split_part(pg_read_file('/proc/self/stat'), ' ', 41)"
+policies=$(psql -XAtq -v ON_ERROR_STOP=1 <<SQL 2>&1
+SELECT 'before ' || $policy;
+SELECT status FROM seckill_buy('policy-1', '$SALE_GOODS');
+SELECT 'waited ' || $policy;
+SET seckill.caller_sched_batch = off;
+SELECT status FROM seckill_buy('policy-2', '$SALE_GOODS');
+SELECT 'off ' || $policy;
+SQL
+)
+is "$(echo $policies)" "before 0 ok waited 3 ok off 0" "a session waits for the worker under SCHED_BATCH, and goes back when the setting is off"
+policies=$(psql -XAtq -v ON_ERROR_STOP=1 <<SQL 2>&1
+SELECT pg_backend_pid() AS pid \gset
+\setenv SECKILL_BACKEND :pid
+\! chrt --batch -p 0 "\$SECKILL_BACKEND"
+SELECT status FROM seckill_buy('policy-3', '$SALE_GOODS');
+SET seckill.caller_sched_batch = off;
+SELECT status FROM seckill_buy('policy-4', '$SALE_GOODS');
+SELECT 'given ' || $policy;
+SQL
+)
+is "$(echo $policies)" "ok ok given 3" "a session the server put under SCHED_BATCH stays there when the setting is off"
 rm -rf "$SALE_WORK"
 psql_val "SELECT seckill_close('$SALE_GOODS')" >/dev/null
 done_testing

@@ -10,6 +10,7 @@
 #include <limits.h>
 
 #include "miscadmin.h"
+#include "shared/call.h"
 #include "storage/ipc.h"
 #include "utils/guc.h"
 
@@ -210,9 +211,9 @@ seckill_define_gucs(void)
 							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomBoolVariable("seckill.caller_sched_batch",
 							 "Whether a session that waits for the worker runs under Linux's SCHED_BATCH policy.",
-							 "Its wake-up then does not preempt the worker, which is waking the round's other callers.  Only a session under the default policy is switched; off, it goes back at its next call.",
+							 "Its wake-up then does not preempt the worker, which is waking the round's other callers.  Only a session under the default policy is switched; off, it goes back at once.",
 							 &seckill_caller_sched_batch, true,
-							 PGC_USERSET, 0, NULL, NULL, NULL);
+							 PGC_USERSET, 0, NULL, seckill_caller_sched_batch_assign, NULL);
 	DefineCustomIntVariable("seckill.redis_timeout",
 							"How long the worker waits for Redis to connect or answer.",
 							"Keep it well below seckill.request_timeout.",

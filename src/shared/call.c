@@ -414,33 +414,58 @@ answer_wait(SeckillSlot *slot, uint32 answers, long timeout_ms)
  * answer switches its session to Linux's SCHED_BATCH, once: a task woken
  * under it does not preempt the one running.  The worker wakes a round's
  * callers one after another; each woken under the default policy preempted
- * it at once, before it woke the next or read Redis (0.15 to 0.2 context
- * switches a purchase, docs/PERFORMANCE.md).  Only the default policy is
- * changed: a policy the server was given (chrt) is left alone.  Turned off,
- * the session goes back to the default policy at its next call.
+ * it at once, before it woke the next or read Redis (docs/PERFORMANCE.md:
+ * 3.22 context switches a purchase at 32 clients before, 2.80 after).  Only
+ * the default policy is changed: a policy the server was given (chrt) is
+ * left alone, and so is a session whose switch failed.  Turned off, the
+ * setting's assign hook puts a session it switched back at once.
  */
+#if defined(__linux__) && defined(SCHED_BATCH)
+static enum
+{
+	POLICY_UNTOUCHED,			/* the default policy, not changed yet */
+	POLICY_BATCH,				/* switched to SCHED_BATCH here */
+	POLICY_NOT_OURS				/* another policy, or a switch refused: left alone */
+}			caller_policy = POLICY_UNTOUCHED;
+#endif
+
 static void
 caller_scheduling(void)
 {
 #if defined(__linux__) && defined(SCHED_BATCH)
-	static enum
-	{
-		POLICY_UNTOUCHED,		/* the default policy, not changed yet */
-		POLICY_BATCH,			/* switched to SCHED_BATCH here */
-		POLICY_NOT_OURS			/* another policy, left alone */
-	}			policy = POLICY_UNTOUCHED;
 	struct sched_param param = {0};
 
-	if (seckill_caller_sched_batch && policy == POLICY_UNTOUCHED)
+	if (!seckill_caller_sched_batch || caller_policy != POLICY_UNTOUCHED)
+		return;
+	if (sched_getscheduler(0) != SCHED_OTHER)
+		caller_policy = POLICY_NOT_OURS;
+	else if (sched_setscheduler(0, SCHED_BATCH, &param) == 0)
+		caller_policy = POLICY_BATCH;
+	else
 	{
-		if (sched_getscheduler(0) != SCHED_OTHER)
-			policy = POLICY_NOT_OURS;
-		else if (sched_setscheduler(0, SCHED_BATCH, &param) == 0)
-			policy = POLICY_BATCH;
+		elog(DEBUG1, "seckill could not switch the session to SCHED_BATCH: %m");
+		caller_policy = POLICY_NOT_OURS;
 	}
-	else if (!seckill_caller_sched_batch && policy == POLICY_BATCH &&
-			 sched_setscheduler(0, SCHED_OTHER, &param) == 0)
-		policy = POLICY_UNTOUCHED;
+#endif
+}
+
+/*
+ * seckill.caller_sched_batch's assign hook: turned off, a session switched
+ * to SCHED_BATCH here goes back to the default policy, unless its policy
+ * was changed meanwhile.  (Turned on, the next wait for the worker switches.)
+ */
+void
+seckill_caller_sched_batch_assign(bool newval, void *extra)
+{
+#if defined(__linux__) && defined(SCHED_BATCH)
+	struct sched_param param = {0};
+
+	if (newval || caller_policy != POLICY_BATCH)
+		return;
+	if (sched_getscheduler(0) != SCHED_BATCH)
+		caller_policy = POLICY_NOT_OURS;
+	else if (sched_setscheduler(0, SCHED_OTHER, &param) == 0)
+		caller_policy = POLICY_UNTOUCHED;
 #endif
 }
 

@@ -137,6 +137,7 @@ extern void seckill_check_database(void);
 extern void seckill_check_version(void);
 extern void seckill_backend_prepare(void);
 extern SeckillReply seckill_call(const SeckillRequest *request);
+extern void seckill_caller_sched_batch_assign(bool newval, void *extra);
 
 /* worker */
 extern int	seckill_queue_drain(int *slots, int max);

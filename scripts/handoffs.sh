@@ -2,8 +2,8 @@
 # Where the context switches of a purchase go, as root:
 #   bash scripts/handoffs.sh [--clients "8 32"] [--seconds 6]
 # Runs SELECT 1 (row 1 of the benchmark) and seckill_buy while stock lasts
-# (row 4) with pgbench at each number of clients, under
-# `perf record -e sched:sched_switch -a -g`, and counts every switch by the
+# (row 4) with pgbench at each number of clients, under `perf record -e
+# sched:sched_switch -e cpu-clock -a -g`, and counts every switch by the
 # task that left the CPU and what it was waiting for, read off its stack:
 # a backend waiting for its client or for the worker's answer, the worker
 # waiting for Redis, for its commit's WAL flush or for requests, a task
@@ -122,15 +122,20 @@ cell() {
 		{ cat "$work/$name-$n.script.log" >&2; seckill_die "perf script failed for $name"; exit 1; }
 	grep -q '^[^|]*|' "$work/$name-$n.read" || { seckill_die "perf recorded no switch for $name"; exit 1; }
 	awk -v c="$calls" '$1 != "cpu" { k = $0; sub(/ [0-9]+$/, "", k); printf "%s|%.3f\n", k, $NF / c }' \
-		"$work/$name-$n.read" >"$work/$name-$n.causes"
-	awk -v c="$calls" '$1 == "cpu" { printf "%.1f %.1f\n", $2 / c, $3 / c }' "$work/$name-$n.read" >"$work/$name-$n.cpu"
+		"$work/$name-$n.read" >"$work/$name-$n.causes" &&
+		awk -v c="$calls" '$1 == "cpu" { printf "%.1f %.1f\n", $2 / c, $3 / c }' "$work/$name-$n.read" >"$work/$name-$n.cpu" ||
+		{ seckill_die "could not sum the switches of $name"; exit 1; }
 	echo "$calls"
 }
 
-pipe=$(perf bench sched pipe -l 20000 2>/dev/null | awk '/usecs\/op/ { printf "%.1f", $1 }' || true)
+# a round trip of two switches, both processes on one CPU, then free to
+# take a CPU each (a wake-up then crosses to the other CPU)
+pipe_us() { "$@" perf bench sched pipe -l 20000 2>/dev/null | awk '/usecs\/op/ { printf "%.1f", $1 }' || true; }
+pipe_one=$(pipe_us taskset -c 0)
+pipe_two=$(pipe_us env)
 echo "# Context switches a call, by the task that left the CPU and why"
 echo
-echo "perf bench sched pipe on this machine: ${pipe:-?} µs a round trip between two processes (two switches and two wake-ups)."
+echo "perf bench sched pipe on this machine: ${pipe_one:-?} µs a round trip between two processes (two switches and two wake-ups) on one CPU, ${pipe_two:-?} µs free to use both."
 for n in $clients; do
 	one=$(cell one "$n")
 	buy=$(cell buy "$n")

@@ -211,7 +211,7 @@ seckill_define_gucs(void)
 							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomBoolVariable("seckill.caller_sched_batch",
 							 "Whether a session that waits for the worker runs under Linux's SCHED_BATCH policy.",
-							 "Its wake-up then does not preempt the worker, which is waking the round's other callers.  Only a session under the default policy is switched; off, it goes back at once.",
+							 "Its wake-up then does not preempt the worker, which is waking the round's other callers.  Only a session under the default policy is switched; turned off, it goes back.",
 							 &seckill_caller_sched_batch, true,
 							 PGC_USERSET, 0, NULL, seckill_caller_sched_batch_assign, NULL);
 	DefineCustomIntVariable("seckill.redis_timeout",

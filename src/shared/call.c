@@ -411,7 +411,8 @@ answer_wait(SeckillSlot *slot, uint32 answers, long timeout_ms)
 
 /*
  * While seckill.caller_sched_batch is on, a caller about to sleep for its
- * answer switches its session to Linux's SCHED_BATCH, once: a task woken
+ * answer switches its session to Linux's SCHED_BATCH, and it stays there
+ * (the switch is one system call a session, not two a call): a task woken
  * under it does not preempt the one running.  The worker wakes a round's
  * callers one after another; each woken under the default policy preempted
  * it at once, before it woke the next or read Redis (docs/PERFORMANCE.md:

@@ -65,10 +65,13 @@ SET seckill.caller_sched_batch = off;
 SELECT 'off ' || $policy;
 SELECT status FROM seckill_buy('policy-2', '$SALE_GOODS');
 SELECT 'waited ' || $policy;
+SET seckill.caller_sched_batch = on;
+SELECT status FROM seckill_buy('policy-5', '$SALE_GOODS');
+SELECT 'on again ' || $policy;
 SQL
 )
-is "$(echo $policies)" "before 0 ok waited 3 off 0 ok waited 0" \
-	"a session waits for the worker under SCHED_BATCH, and goes back as soon as the setting is off"
+is "$(echo $policies)" "before 0 ok waited 3 off 0 ok waited 0 ok on again 3" \
+	"a session waits for the worker under SCHED_BATCH, goes back as soon as the setting is off, and switches again when it is on"
 policies=$(psql -XAtq -v ON_ERROR_STOP=1 <<SQL 2>&1
 SELECT pg_backend_pid() AS pid \gset
 \setenv SECKILL_BACKEND :pid
@@ -79,7 +82,7 @@ SELECT status FROM seckill_buy('policy-4', '$SALE_GOODS');
 SELECT 'given ' || $policy;
 SQL
 )
-is "$(echo $policies)" "ok ok given 3" "a session the server put under SCHED_BATCH stays there when the setting is off"
+is "$(echo $policies)" "ok ok given 3" "a session put under SCHED_BATCH with chrt beforehand stays there when the setting is off"
 rm -rf "$SALE_WORK"
 psql_val "SELECT seckill_close('$SALE_GOODS')" >/dev/null
 done_testing

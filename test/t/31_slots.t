@@ -55,7 +55,8 @@ is "$(slots_in_use)" 0 "no slot in use after them"
 
 # seckill.caller_sched_batch: a session that waits for the worker runs under
 # SCHED_BATCH (policy 3 in /proc/PID/stat), back under the default (0) as
-# soon as it is off; a policy the server was given (chrt) is left alone
+# soon as it is off, and again under it when on; a policy given with chrt
+# beforehand is left alone
 policy="split_part(pg_read_file('/proc/self/stat'), ' ', 41)"
 policies=$(psql -XAtq -v ON_ERROR_STOP=1 <<SQL 2>&1
 SELECT 'before ' || $policy;

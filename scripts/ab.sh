@@ -81,8 +81,6 @@ warm_buy() {
 	[ "$row" = 4t ] && token=", 1, seckill_token('$1', 'ab-stock')"
 	psql -XAtq -c "SELECT status FROM seckill_buy('$1', 'ab-stock'$token)" 2>/dev/null
 }
-# the machine's busy ticks and context switches so far
-machine_counts() { awk '$1 == "cpu" { t = $2 + $3 + $4 + $7 + $8 } $1 == "ctxt" { x = $2 } END { print t, x }' /proc/stat; }
 commits() { psql -XAtq -c 'SELECT commits FROM seckill.worker_counters()'; }
 hz=$(getconf CLK_TCK)
 
@@ -101,10 +99,10 @@ cell() {
 	# one purchase first: the worker has loaded its cache and reached Redis
 	seckill_wait_for "[ \"\$(warm_buy warm-$side-$pass)\" = ok ]" 30
 	c0=$(commits)
-	read -r b0 x0 < <(machine_counts)
+	read -r b0 _ _ x0 <<<"$(seckill_machine_ticks)"
 	figures=$(seckill_pgbench "$work/$side-$pass" "$clients" "$seconds" "$work/buy.sql") ||
 		{ cat "$work/$side-$pass/pgbench.out" >&2; exit 1; }
-	read -r b1 x1 < <(machine_counts)
+	read -r b1 _ _ x1 <<<"$(seckill_machine_ticks)"
 	c1=$(commits)
 	calls=$(sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' "$work/$side-$pass/pgbench.out")
 	awk -v s="$side" -v p="$pass" -v c="$calls" -v b="$((b1 - b0))" -v hz="$hz" -v k="$((c1 - c0))" \

@@ -264,9 +264,6 @@ counters() {
 # own times); what is left of the busy time is the callers' sessions, the
 # other PostgreSQL processes and the kernel's work for them.
 hz=$(getconf CLK_TCK)
-machine_ticks() { # busy idle stolen context-switches
-	awk '$1 == "cpu" { t = $2 + $3 + $4 + $7 + $8 " " $5 + $6 " " $9 } $1 == "ctxt" { x = $2 } END { print t, x }' /proc/stat
-}
 # pass_ratios row control: "pass control row row/control" for each pass of
 # a row alternated with its control at control_clients
 pass_ratios() {
@@ -303,12 +300,12 @@ cell() { # row sync clients script [seconds]
 	local span=${5:-$seconds} figures tps avg p50 p99 worker busy0 idle0 stolen0 switches0 worker0 redis0 busy1 idle1 stolen1 switches1 calls
 	worker=$(seckill_worker_pid)
 	rm -rf "$work/$1-$2-$3"
-	read -r busy0 idle0 stolen0 switches0 <<<"$(machine_ticks)"
+	read -r busy0 idle0 stolen0 switches0 <<<"$(seckill_machine_ticks)"
 	worker0=$(process_ticks "$worker")
 	redis0=$(process_ticks "$redis_pid")
 	figures=$(seckill_pgbench "$work/$1-$2-$3" "$3" "$span" "$work/$4") ||
 		{ cat "$work/$1-$2-$3/pgbench.out" >&2; echo "seckill: pgbench failed for row $1" >&2; exit 1; }
-	read -r busy1 idle1 stolen1 switches1 <<<"$(machine_ticks)"
+	read -r busy1 idle1 stolen1 switches1 <<<"$(seckill_machine_ticks)"
 	calls=$(sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' "$work/$1-$2-$3/pgbench.out")
 	# pgbench's duration includes its connections: on a busy machine they can
 	# take all of a short cell, and pgbench then reports no call and no rate

@@ -93,6 +93,12 @@ seckill_redis_cli() {
 	redis-cli -h 127.0.0.1 -p "$SECKILL_REDIS_PORT" "$@"
 }
 
+# seckill_machine_ticks: the machine's busy, idle and stolen clock ticks
+# and its context switches so far (/proc/stat), for a cell's "after - before"
+seckill_machine_ticks() {
+	awk '$1 == "cpu" { t = $2 + $3 + $4 + $7 + $8 " " $5 + $6 " " $9 } $1 == "ctxt" { x = $2 } END { print t, x }' /proc/stat
+}
+
 # seckill_now_ms: milliseconds since the epoch, from bash's own clock
 seckill_now_ms() {
 	echo $((${EPOCHREALTIME/[.,]/} / 1000))

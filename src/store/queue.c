@@ -13,7 +13,6 @@
 #include "catalog/pg_type.h"
 #include "store/sql.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 /*
@@ -173,10 +172,8 @@ store_queue_draw(int64 campaign_id, int64 after, int64 seed)
 	Oid			types[3] = {INT8OID, INT8OID, INT8OID};
 	Datum		values[3] = {Int64GetDatum(campaign_id), Int64GetDatum(after), Int64GetDatum(seed)};
 	int64		drawn;
-	int			nest_level = NewGUCNestLevel();
+	int			level = store_setting_save("enable_nestloop", "off");
 
-	(void) set_config_option("enable_nestloop", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
 	store_run("UPDATE seckill.queue_places p SET ticket = $2 + d.n "
 			  "FROM (SELECT user_id, pg_catalog.row_number() OVER "
 			  "       (ORDER BY pg_catalog.hashtextextended(user_id, $3), user_id) AS n "
@@ -184,7 +181,7 @@ store_queue_draw(int64 campaign_id, int64 after, int64 seed)
 			  "WHERE p.campaign_id = $1 AND p.user_id = d.user_id",
 			  3, types, values, SPI_OK_UPDATE);
 	drawn = (int64) SPI_processed;
-	AtEOXact_GUC(true, nest_level);
+	store_setting_restore(level);
 	store_run("INSERT INTO seckill.queue_lines (campaign_id, drawn, seed) VALUES ($1, true, $3) "
 			  "ON CONFLICT (campaign_id) DO UPDATE SET drawn = true, seed = $3",
 			  3, types, values, SPI_OK_INSERT);

@@ -19,6 +19,8 @@ extern MemoryContext store_caller_cxt;
 extern SPIPlanPtr store_prepare(const char *sql, int nargs, Oid *types);
 extern void store_run(const char *sql, int nargs, Oid *types, Datum *values, int expected);
 extern void store_run_kept(const char *sql, int nargs, Oid *types, Datum *values, int expected);
+extern int	store_setting_save(const char *name, const char *value);
+extern void store_setting_restore(int level);
 
 /* round_rows.c: a round's rows, for group_commit.c */
 struct SkOrder;

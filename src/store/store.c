@@ -121,6 +121,26 @@ store_run_kept(const char *sql, int nargs, Oid *types, Datum *values, int expect
 
 
 /*
+ * A setting for the statements that follow, at session level, until
+ * store_setting_restore(the level returned); an error unwinds it.
+ */
+int
+store_setting_save(const char *name, const char *value)
+{
+	int			level = NewGUCNestLevel();
+
+	(void) set_config_option(name, value, PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return level;
+}
+
+void
+store_setting_restore(int level)
+{
+	AtEOXact_GUC(true, level);
+}
+
+/*
  * SPI in a backend under an empty search_path, like the worker's: a
  * superuser who calls seckill runs nothing that the owner of a schema on
  * the caller's search_path planted (an operator, a function).  Returns the
@@ -129,19 +149,14 @@ store_run_kept(const char *sql, int nargs, Oid *types, Datum *values, int expect
 int
 store_backend_spi_begin(void)
 {
-	int			level;
-
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	level = NewGUCNestLevel();
-	(void) set_config_option("search_path", "", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	return level;
+	return store_setting_save("search_path", "");
 }
 
 void
 store_backend_spi_end(int level)
 {
-	AtEOXact_GUC(true, level);
+	store_setting_restore(level);
 	SPI_finish();
 }
